@@ -1,7 +1,18 @@
-//! `rzk-quorum`: ZAB-style replication: a sans-IO core, a Replicator for the server, a gRPC transport.
+//! `rzk-quorum`: replication for rzk.
 //!
-//! Not built yet: this crate is an empty library that compiles, so the workspace
-//! has its final shape. Its work is tracked in issue 7; nothing here claims a
-//! feature it lacks.
+//! What the server sees of replication is the [`Replicator`] trait: it proposes
+//! transactions, consumes the committed ones in zxid order, asks for a `sync`
+//! barrier and hands over snapshots. Standalone mode is a quorum of one behind the
+//! same trait; ZAB replication over gRPC replaces it without touching the server.
+//!
+//! Status: the trait is defined. Its implementations (the quorum of one on
+//! `rzk-wal`, and the ZAB core with its transports) are being built (issues 4
+//! and 7); nothing in this crate implements replication yet.
 
 #![deny(missing_docs)]
+
+mod replicator;
+
+pub use replicator::{
+    CommitStream, Committed, PeerId, Proposal, ReplicateError, Replicator, Role, SyncBarrier,
+};

@@ -1,0 +1,172 @@
+//! The seam between the server and replication.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use rzk_zxid::Zxid;
+use tokio::sync::{mpsc, oneshot};
+
+/// A server's id in an ensemble (`server.N` / `myid`). A standalone server is 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PeerId(pub u64);
+
+/// What this peer currently is in its ensemble.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Electing a leader; it can neither propose nor serve linearizable syncs.
+    Looking,
+    /// The established leader of its epoch: proposals are accepted here.
+    Leader,
+    /// A voting follower of an established leader.
+    Follower,
+    /// A non-voting learner.
+    Observer,
+}
+
+/// Why a proposal or a sync did not commit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplicateError {
+    /// This peer is not the leader; `leader` is the leader it knows of, if any.
+    #[error("not the leader (leader: {leader:?})")]
+    NotLeader {
+        /// The current leader, when known.
+        leader: Option<PeerId>,
+    },
+    /// The leader lost its quorum before the proposal committed. The proposal may
+    /// or may not commit later under a new leader; the caller cannot tell.
+    #[error("lost quorum before the proposal committed")]
+    LostQuorum,
+    /// A proposal is larger than the replication message limit.
+    #[error("proposal of {size_bytes} bytes exceeds the limit of {limit_bytes} bytes")]
+    TooLarge {
+        /// The proposal's size.
+        size_bytes: usize,
+        /// The configured maximum.
+        limit_bytes: usize,
+    },
+    /// The durable log failed (for example an fsync error). The replicator stops:
+    /// a storage error that could mean lost data is never retried into silence.
+    #[error("storage failed: {0}")]
+    Storage(String),
+    /// The replicator has shut down.
+    #[error("replicator is shut down")]
+    Shutdown,
+}
+
+/// One item of the committed stream, in zxid order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Committed {
+    /// Discard all in-memory state and load this snapshot, taken at `zxid`. Sent at
+    /// start-up (recovery from disk) and when a learner receives a SNAP sync. The
+    /// transactions that follow continue from `zxid`.
+    Snapshot {
+        /// The last transaction the snapshot includes.
+        zxid: Zxid,
+        /// The state machine's bytes, as it handed them to [`Replicator::save_snapshot`].
+        data: Bytes,
+    },
+    /// A committed transaction: apply it.
+    Txn {
+        /// Its zxid; strictly greater than everything before it in the stream.
+        zxid: Zxid,
+        /// The transaction, as the leader's state machine proposed it.
+        payload: Bytes,
+    },
+}
+
+/// The receiving end of the committed stream. There is exactly one per replicator.
+#[derive(Debug)]
+pub struct CommitStream {
+    rx: mpsc::Receiver<Committed>,
+}
+
+impl CommitStream {
+    /// Wraps the channel a replicator implementation feeds, in zxid order.
+    pub fn new(rx: mpsc::Receiver<Committed>) -> CommitStream {
+        CommitStream { rx }
+    }
+
+    /// The next committed item, or `None` once the replicator has shut down.
+    pub async fn next(&mut self) -> Option<Committed> {
+        self.rx.recv().await
+    }
+}
+
+/// A pending proposal: resolves with its zxid once it is committed (durable on a
+/// quorum). The server still waits until the transaction is *applied* before it
+/// replies (I6).
+#[derive(Debug)]
+pub struct Proposal {
+    rx: oneshot::Receiver<Result<Zxid, ReplicateError>>,
+}
+
+impl Proposal {
+    /// A proposal whose outcome the implementation sends through `rx`.
+    pub fn new(rx: oneshot::Receiver<Result<Zxid, ReplicateError>>) -> Proposal {
+        Proposal { rx }
+    }
+
+    /// A proposal that already failed.
+    pub fn failed(err: ReplicateError) -> Proposal {
+        let (tx, rx) = oneshot::channel();
+        let _ = tx.send(Err(err));
+        Proposal { rx }
+    }
+}
+
+impl Future for Proposal {
+    type Output = Result<Zxid, ReplicateError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(ReplicateError::Shutdown)))
+    }
+}
+
+/// A pending `sync`: resolves with a zxid `Z` such that every transaction
+/// committed before the sync reached the leader is at or below `Z`. The server
+/// answers the client's sync once it has applied up to `Z` (I6b).
+pub type SyncBarrier = Proposal;
+
+/// Replication as the server sees it.
+///
+/// # Correctness
+/// - `propose` assigns zxids in call order: a caller that proposes A then B from
+///   one task gets `zxid(A) < zxid(B)` if both commit. The server's prep stage
+///   relies on this to check versions against outstanding changes.
+/// - The commit stream delivers every committed transaction exactly once, in
+///   strictly increasing zxid order, with no gap inside an epoch
+///   ([`rzk_zxid::Zxid::is_next`]); after a [`Committed::Snapshot`] it continues
+///   from the snapshot's zxid. A proposal's future resolves no earlier than the
+///   transaction is durable on a quorum.
+/// - At start the stream replays the newest valid snapshot and the durable log
+///   after it, so in-memory state is always rebuilt from disk (I2).
+pub trait Replicator: Send + Sync + 'static {
+    /// Proposes a transaction. Fails at once with [`ReplicateError::NotLeader`] on a
+    /// peer that is not the leader.
+    fn propose(&self, txn: Bytes) -> Proposal;
+
+    /// Takes the committed stream. Returns `None` after the first call: the state
+    /// machine is its only consumer.
+    fn take_commits(&self) -> Option<CommitStream>;
+
+    /// A linearizable-read barrier (I6b); see [`SyncBarrier`].
+    fn sync(&self) -> SyncBarrier;
+
+    /// Hands a snapshot of the state machine, consistent at `zxid` (everything up to
+    /// and including `zxid` applied, nothing after), to durable storage. The
+    /// replicator may then purge log segments no retained snapshot needs.
+    fn save_snapshot(&self, zxid: Zxid, data: Bytes) -> Proposal;
+
+    /// This peer's role now.
+    fn role(&self) -> Role;
+
+    /// The leader this peer follows (itself when leading), if one is established.
+    fn leader(&self) -> Option<PeerId>;
+
+    /// This peer's id.
+    fn id(&self) -> PeerId;
+}
