@@ -142,13 +142,24 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads a `buffer`, keeping null (`None`) apart from empty.
+    /// A declared length beyond the bytes left is [`WireError::Truncated`] at
+    /// the field's start, and nothing is allocated for it.
     pub fn buffer(&mut self, field: &'static str) -> Result<Option<Bytes>, WireError> {
+        let offset = self.pos;
         let Some(length) = self.length(field)? else {
             return Ok(None);
         };
+        if length > self.remaining() {
+            return Err(WireError::Truncated {
+                field,
+                offset,
+                needed: length as u64,
+                remaining: self.remaining(),
+            });
+        }
         let start = self.pos;
-        self.take(length, field)?;
-        Ok(Some(self.buf.slice(start..start + length)))
+        self.pos += length;
+        Ok(Some(self.buf.slice(start..self.pos)))
     }
 
     /// Reads a `buffer` where null means empty.
@@ -381,7 +392,7 @@ mod tests {
                 err,
                 WireError::Truncated {
                     field: "T.path",
-                    offset: 4,
+                    offset: 0,
                     needed: 0x7fff_ffff,
                     remaining: 3
                 }
