@@ -79,6 +79,9 @@ mod request;
 mod response;
 pub mod server;
 
+#[cfg(test)]
+mod proptests;
+
 pub use bytestring::ByteString;
 
 pub use client::ClientCodec;
