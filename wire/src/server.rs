@@ -223,6 +223,15 @@ impl Encoder<Reply> for ServerCodec {
     type Error = WireError;
 
     fn encode(&mut self, item: Reply, dst: &mut BytesMut) -> Result<(), WireError> {
+        self.encode(&item, dst)
+    }
+}
+
+impl Encoder<&Reply> for ServerCodec {
+    type Error = WireError;
+
+    /// Encodes without taking ownership.
+    fn encode(&mut self, item: &Reply, dst: &mut BytesMut) -> Result<(), WireError> {
         frame::write_frame(dst, FRAME_BYTES_MAX_ABSOLUTE, |d| item.encode_payload(d))
     }
 }
@@ -231,6 +240,15 @@ impl Encoder<Notification> for ServerCodec {
     type Error = WireError;
 
     fn encode(&mut self, item: Notification, dst: &mut BytesMut) -> Result<(), WireError> {
+        self.encode(&item, dst)
+    }
+}
+
+impl Encoder<&Notification> for ServerCodec {
+    type Error = WireError;
+
+    /// Encodes without taking ownership (one event sent to many connections).
+    fn encode(&mut self, item: &Notification, dst: &mut BytesMut) -> Result<(), WireError> {
         frame::write_frame(dst, FRAME_BYTES_MAX_ABSOLUTE, |d| item.encode_payload(d))
     }
 }
