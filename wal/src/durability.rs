@@ -59,16 +59,31 @@ impl Syncer for NoSyncer {
 
 #[cfg(test)]
 pub(crate) mod fault {
-    //! A syncer that fails on command, for deterministic fsync-failure tests.
+    //! A syncer that fails or holds on command, for deterministic tests of fsync
+    //! failures, of crash points between syncs, and of group commit.
 
     use super::*;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Condvar, Mutex};
+    use std::time::{Duration, Instant};
 
-    /// Counts sync calls and fails every call from number `fail_from` on (1-based).
+    /// Counts sync calls; fails every call from number `fail_from` on (1-based);
+    /// can hold the next `sync_data` until released.
     #[derive(Debug)]
     pub(crate) struct FailingSyncer {
         calls: AtomicU64,
+        data_calls: AtomicU64,
         fail_from: AtomicU64,
+        gate: Mutex<Gate>,
+        gate_cv: Condvar,
+    }
+
+    #[derive(Debug, Default)]
+    struct Gate {
+        /// The next sync_data blocks until this is false.
+        closed: bool,
+        /// A sync_data is blocked at the gate.
+        waiting: bool,
     }
 
     impl FailingSyncer {
@@ -76,7 +91,10 @@ pub(crate) mod fault {
         pub(crate) fn new() -> FailingSyncer {
             FailingSyncer {
                 calls: AtomicU64::new(0),
+                data_calls: AtomicU64::new(0),
                 fail_from: AtomicU64::new(u64::MAX),
+                gate: Mutex::new(Gate::default()),
+                gate_cv: Condvar::new(),
             }
         }
 
@@ -86,9 +104,36 @@ pub(crate) mod fault {
             self.fail_from.store(now + ok_calls + 1, Ordering::SeqCst);
         }
 
-        /// Number of sync calls so far.
+        /// Number of sync calls so far (all kinds).
         pub(crate) fn calls(&self) -> u64 {
             self.calls.load(Ordering::SeqCst)
+        }
+
+        /// Number of fdatasync calls so far.
+        pub(crate) fn data_calls(&self) -> u64 {
+            self.data_calls.load(Ordering::SeqCst)
+        }
+
+        /// Makes the next fdatasync wait until [`FailingSyncer::open_gate`].
+        pub(crate) fn close_gate(&self) {
+            self.gate.lock().unwrap().closed = true;
+        }
+
+        /// Releases a held fdatasync.
+        pub(crate) fn open_gate(&self) {
+            self.gate.lock().unwrap().closed = false;
+            self.gate_cv.notify_all();
+        }
+
+        /// Waits (with a deadline) until an fdatasync is held at the gate.
+        pub(crate) fn wait_until_held(&self) {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut g = self.gate.lock().unwrap();
+            while !g.waiting {
+                let left = deadline.saturating_duration_since(Instant::now());
+                assert!(!left.is_zero(), "no fdatasync reached the gate");
+                g = self.gate_cv.wait_timeout(g, left).unwrap().0;
+            }
         }
 
         fn check(&self) -> io::Result<()> {
@@ -98,10 +143,25 @@ pub(crate) mod fault {
             }
             Ok(())
         }
+
+        fn pass_gate(&self) {
+            let mut g = self.gate.lock().unwrap();
+            if !g.closed {
+                return;
+            }
+            g.waiting = true;
+            self.gate_cv.notify_all();
+            while g.closed {
+                g = self.gate_cv.wait(g).unwrap();
+            }
+            g.waiting = false;
+        }
     }
 
     impl Syncer for FailingSyncer {
         fn sync_data(&self, file: &File, path: &Path) -> io::Result<()> {
+            self.pass_gate();
+            self.data_calls.fetch_add(1, Ordering::SeqCst);
             self.check()?;
             OsSyncer.sync_data(file, path)
         }

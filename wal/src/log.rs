@@ -1264,3 +1264,7 @@ fn scan_records(cursor: &mut SegmentCursor, seg: &mut Seg) -> Result<Option<Dama
         }
     }
 }
+
+#[cfg(test)]
+#[path = "log_tests.rs"]
+mod tests;

@@ -118,8 +118,11 @@ impl Meta {
     /// currentEpoch exceeds its acceptedEpoch.
     pub fn open(path: impl AsRef<Path>) -> Result<Meta> {
         let path = path.as_ref().to_owned();
+        // No background flusher: every update is flushed before it returns anyway,
+        // and without it dropping the store releases its lock at once.
         let db = sled::Config::new()
             .path(&path)
+            .flush_every_ms(None)
             .open()
             .map_err(|e| WalError::Meta {
                 path: path.clone(),
