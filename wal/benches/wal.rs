@@ -1,1 +1,3 @@
+//! Criterion benchmarks of rzk-wal (filled in below).
+
 fn main() {}

@@ -75,7 +75,10 @@ fn epoch1(range: std::ops::RangeInclusive<u32>) -> Vec<Zxid> {
 #[test]
 fn appended_records_survive_reopen_across_segments() {
     let dir = tempfile::tempdir().unwrap();
-    let expected: Vec<Zxid> = epoch1(1..=20).into_iter().chain([z(2, 1), z(2, 2)]).collect();
+    let expected: Vec<Zxid> = epoch1(1..=20)
+        .into_iter()
+        .chain([z(2, 1), z(2, 2)])
+        .collect();
     {
         let (log, _) = open(dir.path(), small_segments());
         assert_eq!(log.last_durable_zxid(), Zxid::ZERO);
@@ -108,7 +111,10 @@ fn appends_must_increase_and_be_contiguous_inside_an_epoch() {
     let err = log.append(z(1, 5), payload(z(1, 5))).unwrap_err();
     assert!(matches!(err, WalError::Gap { last, got } if last == z(1, 3) && got == z(1, 5)));
     let msg = err.to_string();
-    assert!(msg.contains("0x100000003") && msg.contains("0x100000005"), "{msg}");
+    assert!(
+        msg.contains("0x100000003") && msg.contains("0x100000005"),
+        "{msg}"
+    );
     assert!(matches!(
         log.append(z(1, 3), payload(z(1, 3))),
         Err(WalError::NotIncreasing { .. })
@@ -118,7 +124,10 @@ fn appends_must_increase_and_be_contiguous_inside_an_epoch() {
         Err(WalError::NotIncreasing { .. })
     ));
     assert!(
-        matches!(log.append(z(2, 2), payload(z(2, 2))), Err(WalError::Gap { .. })),
+        matches!(
+            log.append(z(2, 2), payload(z(2, 2))),
+            Err(WalError::Gap { .. })
+        ),
         "a new epoch starts at counter 1"
     );
     // A new leader's epoch (rollover, election) may start: counter 1 of any later epoch.
@@ -137,9 +146,15 @@ fn interrupted_trunc_sync_history_with_a_gap_is_refused() {
     {
         let (log, _) = open(dir.path(), LogOptions::default());
         append_all(&log, [z1]); // Z1: durable.
-        // Z2 was applied to memory only: it is never appended here.
-        assert_eq!(log.last_durable_zxid(), z1, "the log reports Z1, not Z2 (I1)");
-        let err = log.append(z3, payload(z3)).expect_err("Z3 after Z1 is a gap");
+                                // Z2 was applied to memory only: it is never appended here.
+        assert_eq!(
+            log.last_durable_zxid(),
+            z1,
+            "the log reports Z1, not Z2 (I1)"
+        );
+        let err = log
+            .append(z3, payload(z3))
+            .expect_err("Z3 after Z1 is a gap");
         assert!(
             matches!(err, WalError::Gap { last, got } if last == z1 && got == z3),
             "{err}"
@@ -193,14 +208,21 @@ fn fsync_failure_stops_the_log_and_loses_nothing_acknowledged() {
         let err = a.wait().unwrap_err();
         assert!(matches!(err, WalError::Failed { .. }), "{err}");
         assert!(err.to_string().contains("injected fsync failure"), "{err}");
-        assert_eq!(log.last_durable_zxid(), z(1, 5), "never claims the failed batch");
+        assert_eq!(
+            log.last_durable_zxid(),
+            z(1, 5),
+            "never claims the failed batch"
+        );
         // Stopped for good: no retry that could hide lost data.
         assert!(matches!(
             log.append(z(1, 7), payload(z(1, 7))),
             Err(WalError::Failed { .. })
         ));
         assert!(matches!(log.flush(), Err(WalError::Failed { .. })));
-        assert!(matches!(log.truncate_after(z(1, 2)), Err(WalError::Failed { .. })));
+        assert!(matches!(
+            log.truncate_after(z(1, 2)),
+            Err(WalError::Failed { .. })
+        ));
     }
     // Reopening reads what the disk holds: every acknowledged record, CRCs valid,
     // no gap. (Record 6 was written and may be there: it was never acknowledged.)
@@ -212,37 +234,51 @@ fn fsync_failure_stops_the_log_and_loses_nothing_acknowledged() {
 #[test]
 fn fsync_failure_while_creating_a_segment_stops_the_log() {
     let dir = tempfile::tempdir().unwrap();
+    let seg_bytes = small_segments().segment_bytes;
+    let record_bytes = |z: Zxid| (RECORD_HEADER_BYTES + payload(z).len()) as u64;
     {
         let (log, syncer) = open_faulty(dir.path(), small_segments());
         append_all(&log, epoch1(1..=3));
-        // Fill the active segment so the next batch has to create one.
+        // Fill the active segment up to the record that no longer fits.
         let mut c = 4;
-        let segs = log.segments().len();
-        while log.segments().len() == segs {
+        loop {
+            let seg = log.segments().pop().unwrap();
+            let used: u64 = SEGMENT_HEADER_BYTES
+                + (seg.first.counter().0..=seg.last.counter().0)
+                    .map(|k| record_bytes(z(1, k)))
+                    .sum::<u64>();
+            if used + record_bytes(z(1, c)) > seg_bytes {
+                break;
+            }
             append_all(&log, [z(1, c)]);
             c += 1;
         }
         let acked = z(1, c - 1);
-        // The roll happens when a record does not fit: find the next one that
-        // needs a new segment by failing every sync from now on.
         syncer.fail_after(0);
-        let mut failed = false;
-        for k in c..c + 20 {
-            match log.append(z(1, k), payload(z(1, k))).map(Append::wait) {
-                Ok(Ok(_)) => panic!("no sync may succeed now"),
-                Ok(Err(WalError::Failed { .. })) | Err(WalError::Failed { .. }) => {
-                    failed = true;
-                    break;
-                }
-                Ok(Err(e)) | Err(e) => panic!("unexpected {e}"),
-            }
-        }
-        assert!(failed);
+        let data_calls = syncer.data_calls();
+        let err = log
+            .append(z(1, c), payload(z(1, c)))
+            .unwrap()
+            .wait()
+            .unwrap_err();
+        assert!(matches!(err, WalError::Failed { .. }), "{err}");
+        assert_eq!(
+            syncer.data_calls(),
+            data_calls,
+            "it failed creating the segment, before any fdatasync"
+        );
+        let tmp = dir.path().join(format!("log.{:x}{TMP_SUFFIX}", z(1, c)));
+        assert!(tmp.exists(), "the new segment never got its name");
         assert_eq!(log.last_durable_zxid(), acked);
+        assert!(matches!(
+            log.append(z(1, c + 1), payload(z(1, c + 1))),
+            Err(WalError::Failed { .. })
+        ));
     }
     let (log, _) = open(dir.path(), small_segments());
     let got: Vec<Zxid> = read_all(&log).iter().map(|r| r.zxid).collect();
-    assert!(got.len() >= 4 && got == epoch1(1..=got.len() as u32), "{got:?}");
+    assert_eq!(got, epoch1(1..=got.len() as u32));
+    assert!(got.len() >= 4, "{got:?}");
     for (name, _) in list_dir(dir.path()).unwrap() {
         assert!(!name.ends_with(TMP_SUFFIX), "leftover {name}");
     }
@@ -353,7 +389,11 @@ fn damage_before_the_tail_is_a_hard_error_unless_repair_is_asked_for() {
     let (victim_first, victim) = segs[1].clone();
     // Flip a byte inside the second record of the second segment.
     let second = SEGMENT_HEADER_BYTES + (RECORD_HEADER_BYTES + payload(victim_first).len()) as u64;
-    let f = OpenOptions::new().read(true).write(true).open(&victim).unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&victim)
+        .unwrap();
     let mut b = [0u8; 1];
     f.read_at(&mut b, second + 20).unwrap();
     f.write_all_at(&[b[0] ^ 0x10], second + 20).unwrap();
@@ -368,7 +408,10 @@ fn damage_before_the_tail_is_a_hard_error_unless_repair_is_asked_for() {
         other => panic!("expected Corrupt, got {other}"),
     }
     let msg = err.to_string();
-    assert!(msg.contains(&victim.display().to_string()) && msg.contains(&second.to_string()), "{msg}");
+    assert!(
+        msg.contains(&victim.display().to_string()) && msg.contains(&second.to_string()),
+        "{msg}"
+    );
 
     // The operator's explicit choice: cut the log at the damage.
     let opts = LogOptions {
@@ -425,12 +468,21 @@ fn readers_check_their_bounds() {
     let dir = tempfile::tempdir().unwrap();
     let (log, _) = open(dir.path(), small_segments());
     append_all(&log, epoch1(1..=30));
-    assert!(matches!(log.read_from(z(1, 31)), Err(WalError::BeyondEnd { .. })));
-    assert!(matches!(log.read_from(z(0, 5)), Err(WalError::NotInLog { .. })));
+    assert!(matches!(
+        log.read_from(z(1, 31)),
+        Err(WalError::BeyondEnd { .. })
+    ));
+    assert!(matches!(
+        log.read_from(z(0, 5)),
+        Err(WalError::NotInLog { .. })
+    ));
     log.purge_before(z(1, 12)).unwrap();
     let start = log.start();
     assert!(start > Zxid::ZERO && start <= z(1, 12));
-    assert!(matches!(log.read_from(z(1, 1)), Err(WalError::Purged { .. })));
+    assert!(matches!(
+        log.read_from(z(1, 1)),
+        Err(WalError::Purged { .. })
+    ));
     assert!(log.contains(start).unwrap());
     assert!(!log.contains(z(1, 1)).unwrap());
     // A reader that outlives a truncation says so instead of inventing data.
@@ -439,7 +491,9 @@ fn readers_check_their_bounds() {
     append_all(&log, [z(2, 1)]);
     let results: Vec<_> = reader.by_ref().collect();
     assert!(
-        results.iter().any(|r| matches!(r, Err(WalError::Rewritten))),
+        results
+            .iter()
+            .any(|r| matches!(r, Err(WalError::Rewritten))),
         "{results:?}"
     );
 }
@@ -508,7 +562,10 @@ fn reset_is_atomic_at_every_crash_point() {
     let (log, _) = open(dir.path(), small_segments());
     append_all(&log, all.clone());
     log.reset(z(5, 0)).unwrap();
-    assert!(matches!(log.append(z(5, 2), payload(z(5, 2))), Err(WalError::Gap { .. })));
+    assert!(matches!(
+        log.append(z(5, 2), payload(z(5, 2))),
+        Err(WalError::Gap { .. })
+    ));
     append_all(&log, [z(5, 1)]);
     drop(log);
     let (log, _) = open(dir.path(), small_segments());

@@ -503,3 +503,7 @@ impl Wal {
         self.meta.end_sync(current_epoch)
     }
 }
+
+#[cfg(test)]
+#[path = "wal_tests.rs"]
+mod tests;
