@@ -613,10 +613,22 @@ impl Log {
     /// Crash-safe like [`Log::truncate_after`]: the log is either the old one or
     /// empty at `start`.
     pub fn reset(&self, start: Zxid) -> Result<Zxid> {
+        self.reset_then(start, || Ok(()))
+    }
+
+    /// [`Log::reset`], then `then` before any append can start. If `then` fails,
+    /// the log stops: whoever ran the reset could not record that it is done.
+    pub(crate) fn reset_then(
+        &self,
+        start: Zxid,
+        then: impl FnOnce() -> Result<()>,
+    ) -> Result<Zxid> {
         let _rewrite = lock(&self.inner.rewrite);
         let mut st = self.quiesce()?;
         let mut io = lock(&self.inner.io);
-        let result = self.rewrite(&mut io, Rewrite::Reset { start });
+        let result = self
+            .rewrite(&mut io, Rewrite::Reset { start })
+            .and_then(|()| then());
         self.finish_rewrite(&mut st, &mut io, result)
     }
 

@@ -147,12 +147,11 @@ impl Wal {
         let mut log_reset_completed = None;
         if let Some(start) = meta.pending_log_reset()? {
             // The install committed (its catalog entry is in) but the crash may have
-            // come before the log was reset: do it now. Reset is idempotent.
-            if log.start() != start || !log.segments().is_empty() {
-                tracing::warn!(%start, "finishing a snapshot install interrupted by a crash");
-                log.reset(start)?;
-            }
-            meta.clear_log_reset()?;
+            // come before the log was reset: do it again. Nothing can have been
+            // appended after the reset while this record exists (install clears
+            // it before appends resume), so resetting again loses nothing.
+            tracing::warn!(%start, "finishing a snapshot install interrupted by a crash");
+            log.reset_then(start, || meta.clear_log_reset())?;
             log_reset_completed = Some(start);
         }
         let wal = Wal {
@@ -449,8 +448,9 @@ impl Wal {
             .filter(|z| *z > zxid)
             .collect();
         self.meta.update_catalog(Some(entry), &above, Some(zxid))?;
-        self.log.reset(zxid)?;
-        self.meta.clear_log_reset()?;
+        // The record is cleared before appends resume, so a reopen that finds it
+        // can reset again without losing an acknowledged append.
+        self.log.reset_then(zxid, || self.meta.clear_log_reset())?;
         for z in above {
             remove_durably(
                 &snapshot_path(&self.snap_dir, z),
