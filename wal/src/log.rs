@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rzk_zxid::Zxid;
@@ -238,6 +239,8 @@ struct State {
     in_flight: bool,
     /// The writer sleeps on `work`; appenders wake it only then.
     writer_idle: bool,
+    /// While the writer gathers a batch: wake it once this many records wait.
+    gather_target: Option<usize>,
     /// The error that stopped the log, if any.
     failed: Option<WalError>,
     /// The log is being dropped.
@@ -350,6 +353,7 @@ impl Log {
                 waiting: Vec::new(),
                 in_flight: false,
                 writer_idle: false,
+                gather_target: None,
                 failed: None,
                 shutdown: false,
             }),
@@ -448,6 +452,9 @@ impl Log {
         st.accepted = zxid;
         if st.writer_idle {
             st.writer_idle = false;
+            self.inner.work.notify_one();
+        } else if st.gather_target.is_some_and(|t| st.waiting.len() >= t) {
+            st.gather_target = None;
             self.inner.work.notify_one();
         }
         Ok(Append { rx })
@@ -715,12 +722,18 @@ impl Drop for Log {
     }
 }
 
+/// The longest the writer waits to gather a batch (see [`gather`]).
+const GATHER_WAIT_MAX: Duration = Duration::from_millis(1);
+
 /// The group-commit writer: takes everything accepted so far, writes it, one
 /// fdatasync per segment touched, then resolves every append of the batch.
 /// Appends that arrive during the fsync form the next batch.
 fn writer_loop(inner: &Inner) {
     let mut spare_buf = Vec::new();
     let mut spare_waiting = Vec::new();
+    // Size of the last batch and how long its write + fsync took.
+    let mut last_batch = 0usize;
+    let mut last_sync = Duration::ZERO;
     loop {
         let (buf, waiting) = {
             let mut st = lock(&inner.state);
@@ -735,16 +748,20 @@ fn writer_loop(inner: &Inner) {
                 st = inner.work.wait(st).unwrap_or_else(PoisonError::into_inner);
             }
             st.writer_idle = false;
+            st = gather(inner, st, last_batch, last_sync);
             st.in_flight = true;
             (
                 std::mem::replace(&mut st.pending, spare_buf),
                 std::mem::replace(&mut st.waiting, spare_waiting),
             )
         };
+        let started = Instant::now();
         let result = {
             let mut io = lock(&inner.io);
             write_batch(inner, &mut io, &buf, &waiting)
         };
+        last_sync = started.elapsed();
+        last_batch = waiting.len();
         let last = waiting.last().map(|w| w.zxid);
         let mut st = lock(&inner.state);
         st.in_flight = false;
@@ -775,6 +792,42 @@ fn writer_loop(inner: &Inner) {
         spare_buf = buf;
         spare_buf.clear();
     }
+}
+
+/// Waits briefly for a batch as large as the last one before writing.
+///
+/// Without this, a writer woken by the first of many appenders (all resolved
+/// together by the previous fsync, all coming back within microseconds) syncs a
+/// batch of one, and the others wait for a second fsync: batches alternate
+/// between tiny and large, and every append pays two fsyncs. So when the last
+/// batch had several records, the writer waits until as many are pending, for
+/// at most half the last fsync's duration (capped at [`GATHER_WAIT_MAX`]). It is
+/// PostgreSQL's `commit_delay`/`commit_siblings`, sized from what the log just
+/// saw. A single appender never waits (its last batch had one record).
+fn gather<'a>(
+    inner: &'a Inner,
+    mut st: MutexGuard<'a, State>,
+    last_batch: usize,
+    last_sync: Duration,
+) -> MutexGuard<'a, State> {
+    if last_batch <= 1 || st.waiting.len() >= last_batch {
+        return st;
+    }
+    let deadline = Instant::now() + (last_sync / 2).min(GATHER_WAIT_MAX);
+    while st.waiting.len() < last_batch && !st.shutdown {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        st.gather_target = Some(last_batch);
+        st = inner
+            .work
+            .wait_timeout(st, left)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+    st.gather_target = None;
+    st
 }
 
 /// Sends each waiter its outcome and keeps the emptied vector for reuse.
