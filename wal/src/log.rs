@@ -645,9 +645,9 @@ impl Log {
         let syncer = &*self.inner.syncer;
         write_small_file(dir, REWRITE_FILE, REWRITE_MAGIC, &rewrite.encode(), syncer)?;
         io.active = None;
-        apply_rewrite(dir, rewrite, &self.inner.opts, syncer)?;
+        let cut = apply_rewrite(dir, rewrite, &self.inner.opts, syncer)?;
         remove_durably(&dir.join(REWRITE_FILE), dir, syncer)?;
-        reload_after_rewrite(dir, io, rewrite, &self.inner.opts)
+        reload_after_rewrite(io, rewrite, cut)
     }
 
     /// Publishes the log's new end after a rewrite, or stops the log if it failed
@@ -953,6 +953,8 @@ fn write_start_file(dir: &Path, start: Zxid, syncer: &dyn Syncer) -> Result<()> 
 
 /// Where the records of a segment that are kept by a truncation end.
 struct CutPoint {
+    /// The segment's first zxid.
+    first: Zxid,
     end: u64,
     last: Zxid,
     records: u64,
@@ -990,6 +992,7 @@ fn cut_point(path: &Path, keep_through: Zxid, opts: &LogOptions) -> Result<CutPo
         }
     };
     Ok(CutPoint {
+        first: header.first,
         end,
         last: prev,
         records,
@@ -998,13 +1001,14 @@ fn cut_point(path: &Path, keep_through: Zxid, opts: &LogOptions) -> Result<CutPo
 }
 
 /// Carries out a rewrite on the files. Idempotent: recovery runs it again after a
-/// crash, from whatever point the crash left.
+/// crash, from whatever point the crash left. Returns where the kept records of
+/// the last kept segment end, if a segment is kept.
 fn apply_rewrite(
     dir: &Path,
     rewrite: Rewrite,
     opts: &LogOptions,
     syncer: &dyn Syncer,
-) -> Result<()> {
+) -> Result<Option<CutPoint>> {
     let (keep_through, start) = match rewrite {
         Rewrite::TruncateAfter { zxid, start } => (Some(zxid), start),
         Rewrite::Reset { start } => (None, start),
@@ -1024,49 +1028,47 @@ fn apply_rewrite(
         .into_iter()
         .filter(|(first, _)| keep_through.is_some_and(|k| *first <= k))
         .collect();
-    if let (Some(keep), Some((_, path))) = (keep_through, kept.last()) {
-        let cut = cut_point(path, keep, opts)?;
-        if cut.records == 0 {
+    let mut cut = None;
+    while let (Some(keep), Some((_, path))) = (keep_through, kept.last()) {
+        let point = cut_point(path, keep, opts)?;
+        if point.records == 0 {
+            // Only damage (a repair) can leave a kept segment without a record.
             remove_durably(path, dir, syncer)?;
             kept.pop();
-        } else if cut.end < cut.file_len {
-            let file = open_read(path)?;
-            if has_nonzero(&file, path, cut.end, cut.file_len)? {
-                cut_segment(path, cut.end, cut.file_len, syncer)?;
-            }
+            continue;
         }
+        if point.end < point.file_len {
+            // Always cut, even if what follows is zeros already: cheaper than
+            // reading the rest of the segment to find out.
+            cut_segment(path, point.end, point.file_len, syncer)?;
+        }
+        cut = Some(point);
+        break;
     }
     if kept.is_empty() {
         write_start_file(dir, start, syncer)?;
     }
-    Ok(())
+    Ok(cut)
 }
 
 /// Brings the in-memory segment list in line with the files after a rewrite.
-fn reload_after_rewrite(
-    dir: &Path,
-    io: &mut Io,
-    rewrite: Rewrite,
-    opts: &LogOptions,
-) -> Result<()> {
-    match rewrite {
-        Rewrite::Reset { start } => {
+fn reload_after_rewrite(io: &mut Io, rewrite: Rewrite, cut: Option<CutPoint>) -> Result<()> {
+    match (rewrite, cut) {
+        (Rewrite::Reset { start }, _) => {
             io.segs.clear();
             io.start = start;
         }
-        Rewrite::TruncateAfter { zxid, start } => {
-            let on_disk: Vec<Zxid> = list_segments(dir)?.into_iter().map(|(z, _)| z).collect();
-            io.segs
-                .retain(|s| s.first <= zxid && on_disk.contains(&s.first));
-            if let Some(seg) = io.segs.last_mut() {
-                let cut = cut_point(&seg.path, zxid, opts)?;
-                seg.end = cut.end;
-                seg.last = cut.last;
-                seg.records = cut.records;
-                seg.capacity = cut.file_len;
-            } else {
-                io.start = start;
-            }
+        (Rewrite::TruncateAfter { start, .. }, None) => {
+            io.segs.clear();
+            io.start = start;
+        }
+        (Rewrite::TruncateAfter { .. }, Some(cut)) => {
+            io.segs.retain(|s| s.first <= cut.first);
+            let seg = io.segs.last_mut().expect("a segment was kept");
+            seg.end = cut.end;
+            seg.last = cut.last;
+            seg.records = cut.records;
+            seg.capacity = cut.file_len;
         }
     }
     io.active = match io.segs.last() {
@@ -1099,7 +1101,7 @@ fn recover(dir: &Path, opts: &LogOptions, syncer: &dyn Syncer) -> Result<(Io, Lo
     if let Some(body) = read_small_file(&marker, REWRITE_MAGIC)? {
         let rewrite = Rewrite::decode(&body, &marker)?;
         tracing::warn!(?rewrite, "finishing a log rewrite interrupted by a crash");
-        apply_rewrite(dir, rewrite, opts, syncer)?;
+        let _ = apply_rewrite(dir, rewrite, opts, syncer)?;
         remove_durably(&marker, dir, syncer)?;
         report.rewrite_completed = Some(rewrite);
     }
@@ -1132,7 +1134,7 @@ fn recover(dir: &Path, opts: &LogOptions, syncer: &dyn Syncer) -> Result<(Io, Lo
                     start: io.start,
                 };
                 write_small_file(dir, REWRITE_FILE, REWRITE_MAGIC, &rewrite.encode(), syncer)?;
-                apply_rewrite(dir, rewrite, opts, syncer)?;
+                let _ = apply_rewrite(dir, rewrite, opts, syncer)?;
                 remove_durably(&marker, dir, syncer)?;
                 report.repaired.push(Repair {
                     damage: error,
