@@ -1016,14 +1016,18 @@ fn apply_rewrite(
     let segs = list_segments(dir)?;
     // Newest first: with the marker durable, any order would do; this one also
     // leaves a plain prefix behind.
+    let mut removed = false;
     for (first, path) in segs.iter().rev() {
         if keep_through.is_none_or(|k| *first > k) {
             fs::remove_file(path).map_err(|e| WalError::io("remove", path, e))?;
+            removed = true;
         }
     }
-    syncer
-        .sync_dir(dir)
-        .map_err(|e| WalError::io("fsync directory", dir, e))?;
+    if removed {
+        syncer
+            .sync_dir(dir)
+            .map_err(|e| WalError::io("fsync directory", dir, e))?;
+    }
     let mut kept: Vec<_> = segs
         .into_iter()
         .filter(|(first, _)| keep_through.is_some_and(|k| *first <= k))

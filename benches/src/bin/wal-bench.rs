@@ -472,21 +472,25 @@ struct TruncateResult {
     case: &'static str,
     p50: Duration,
     max: Duration,
+    raw: RawFsync,
 }
 
 fn print_truncate_header() {
-    println!("| truncate_after | p50 | max |");
-    println!("|---|---|---|");
+    println!("| truncate_after (fsync on) | p50 | max | raw fsync mean / p50 | p50 / raw mean |");
+    println!("|---|---|---|---|---|");
 }
 
 impl std::fmt::Display for TruncateResult {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "| {} | {:.2} ms | {:.2} ms |",
+            "| {} | {:.2} ms | {:.2} ms | {:.0} / {:.0} µs | {:.1} |",
             self.case,
             self.p50.as_secs_f64() * 1e3,
-            self.max.as_secs_f64() * 1e3
+            self.max.as_secs_f64() * 1e3,
+            self.raw.mean.as_secs_f64() * 1e6,
+            self.raw.p50.as_secs_f64() * 1e6,
+            self.p50.as_secs_f64() / self.raw.mean.as_secs_f64(),
         )
     }
 }
@@ -509,7 +513,12 @@ fn truncate(dir: &Path, iterations: usize) -> Result<Vec<TruncateResult>> {
             3000,
         ),
     ];
+    // Earlier cases leave dirty pages whose writeback slows every fsync.
+    std::process::Command::new("sync")
+        .status()
+        .context("sync")?;
     for (case, segment_bytes, keep_records, cut_records) in cases {
+        let raw_before = raw_fsync(dir, Duration::from_secs(1))?;
         let log_dir = dir.join("truncate");
         let options = LogOptions {
             segment_bytes,
@@ -549,6 +558,7 @@ fn truncate(dir: &Path, iterations: usize) -> Result<Vec<TruncateResult>> {
             case,
             p50: Duration::from_micros(h.value_at_quantile(0.5)),
             max: Duration::from_micros(h.max()),
+            raw: RawFsync::merge(raw_before, raw_fsync(dir, Duration::from_secs(1))?),
         });
     }
     Ok(out)
