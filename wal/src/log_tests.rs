@@ -595,3 +595,72 @@ fn purge_is_a_prefix_at_every_crash_point() {
     }
     panic!("purge never succeeded");
 }
+
+#[test]
+fn record_size_limit_is_enforced_and_a_big_record_gets_its_own_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = LogOptions {
+        segment_bytes: 256,
+        record_bytes_max: 1024,
+        ..LogOptions::default()
+    };
+    let (log, _) = open(dir.path(), opts.clone());
+    append_all(&log, [z(1, 1)]);
+    let too_big = Bytes::from(vec![0u8; 1024 - RECORD_HEADER_BYTES + 1]);
+    let err = log.append(z(1, 2), too_big).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            WalError::RecordTooLarge {
+                size_bytes: 1025,
+                limit_bytes: 1024,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // Larger than a segment but within the limit: a segment of its own size.
+    let big = Bytes::from(vec![9u8; 1000]);
+    log.append(z(1, 2), big.clone()).unwrap().wait().unwrap();
+    drop(log);
+    let (log, _) = open(dir.path(), opts);
+    let got = read_all(&log);
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1].payload, big);
+    assert_eq!(log.segments().len(), 2);
+}
+
+#[test]
+fn pending_bytes_limit_refuses_appends_until_the_writer_catches_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = LogOptions {
+        pending_bytes_max: 1000,
+        ..LogOptions::default()
+    };
+    let (log, syncer) = open_faulty(dir.path(), opts);
+    syncer.close_gate();
+    let first = log.append(z(1, 1), payload(z(1, 1))).unwrap();
+    syncer.wait_until_held();
+    let mut queued = Vec::new();
+    let mut c = 2;
+    let err = loop {
+        match log.append(z(1, c), payload(z(1, c))) {
+            Ok(a) => queued.push(a),
+            Err(e) => break e,
+        }
+        c += 1;
+    };
+    assert!(
+        matches!(err, WalError::Overloaded { limit_bytes: 1000, pending_bytes } if pending_bytes <= 1000),
+        "{err}"
+    );
+    assert!(queued.len() > 10);
+    syncer.open_gate();
+    first.wait().unwrap();
+    for a in queued {
+        a.wait().unwrap();
+    }
+    // Nothing was accepted from the refused append: the same zxid goes in now.
+    append_all(&log, [z(1, c)]);
+    assert_holds(&log, &epoch1(1..=c));
+}

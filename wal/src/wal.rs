@@ -84,7 +84,8 @@ pub struct Rebuild {
 ///   the next open as an interrupted sync.
 /// - Blocking: every method except [`Wal::append`] and the getters does disk IO
 ///   and may block for several fsyncs; from async code call them through
-///   `spawn_blocking`. `append` only takes a short lock.
+///   `spawn_blocking`. `append` only takes a short lock, except while a
+///   truncation or reset runs: appends wait for it to finish.
 pub struct Wal {
     log: Log,
     meta: Meta,
