@@ -1172,8 +1172,20 @@ fn finish_recovery(
         remove_durably(&seg.path, dir, syncer)?;
     }
     if let Some(seg) = io.segs.last() {
-        io.active = Some(open_for_append(&seg.path)?);
+        let file = open_for_append(&seg.path)?;
+        // I1: what a crashed process wrote but never synced is in the page cache
+        // and reads back like durable data. Sync it before it is reported as
+        // durable, or a power failure after this open could take away records
+        // this peer has already claimed. Earlier segments were synced before
+        // their successor was created.
+        syncer
+            .sync_all(&file, &seg.path)
+            .map_err(|e| WalError::io("fsync", &seg.path, e))?;
+        io.active = Some(file);
     }
+    syncer
+        .sync_dir(dir)
+        .map_err(|e| WalError::io("fsync directory", dir, e))?;
     report.start = io.start;
     report.end = io.segs.last().map_or(io.start, |s| s.last);
     report.segments = io.segs.len();

@@ -311,8 +311,11 @@ enum Tear {
 fn torn_tail_is_cut_at_every_byte_offset_of_the_last_records() {
     let src = tempfile::tempdir().unwrap();
     let all = epoch1(1..=8);
+    // What this checks is the scan and the cut, not the disk, so the hundreds of
+    // opens below skip fsync to keep the test fast on a slow shared disk.
     let opts = LogOptions {
         segment_bytes: 4096,
+        unsafe_no_fsync: true,
         ..LogOptions::default()
     };
     {
@@ -663,4 +666,27 @@ fn pending_bytes_limit_refuses_appends_until_the_writer_catches_up() {
     // Nothing was accepted from the refused append: the same zxid goes in now.
     append_all(&log, [z(1, c)]);
     assert_holds(&log, &epoch1(1..=c));
+}
+
+#[test]
+fn open_syncs_what_a_crashed_process_left_unsynced() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (log, _) = open(dir.path(), LogOptions::default());
+        append_all(&log, epoch1(1..=3));
+    }
+    // Reopen with every sync failing: open must not report anything as durable
+    // without having synced it.
+    let syncer = Arc::new(FailingSyncer::new());
+    syncer.fail_after(0);
+    let err = Log::open_with(dir.path(), LogOptions::default(), syncer).unwrap_err();
+    assert!(err.to_string().contains("injected fsync failure"), "{err}");
+}
+
+#[test]
+fn the_durable_state_can_be_shared_between_threads() {
+    fn shared<T: Send + Sync>() {}
+    shared::<Log>();
+    shared::<crate::Wal>();
+    shared::<Append>();
 }
