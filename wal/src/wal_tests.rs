@@ -307,3 +307,54 @@ fn no_usable_snapshot_is_an_error_once_the_log_was_purged() {
     let err = wal.rebuild().unwrap_err();
     assert!(matches!(err, WalError::NoUsableSnapshot { .. }), "{err}");
 }
+
+/// A state stream that stops in the middle until told to go on.
+struct HeldStream {
+    rx: std::sync::mpsc::Receiver<()>,
+    started: std::sync::mpsc::Sender<()>,
+    sent: usize,
+}
+
+impl Read for HeldStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.sent == 0 {
+            let _ = self.started.send(());
+            self.rx.recv().unwrap();
+        }
+        if self.sent >= 3 {
+            return Ok(0);
+        }
+        self.sent += 1;
+        buf[0] = b'x';
+        Ok(1)
+    }
+}
+
+#[test]
+fn writing_a_snapshot_does_not_block_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = open(dir.path());
+    append_epoch1(&wal, 1..=3);
+    let (go, rx) = std::sync::mpsc::channel();
+    let (started, is_started) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let saving = s.spawn(|| {
+            let mut stream = HeldStream {
+                rx,
+                started,
+                sent: 0,
+            };
+            wal.save_snapshot(z(1, 3), &mut stream)
+        });
+        is_started
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the snapshot writer started");
+        // The snapshot is half written and stuck; appends go on and are durable.
+        append_epoch1(&wal, 4..=20);
+        assert_eq!(wal.last_durable_zxid(), z(1, 20));
+        go.send(()).unwrap();
+        let info = saving.join().unwrap().unwrap();
+        assert_eq!(info.zxid, z(1, 3));
+    });
+    assert_eq!(&wal.load_snapshot(z(1, 3)).unwrap().data[..], b"xxx");
+}
