@@ -358,3 +358,52 @@ fn writing_a_snapshot_does_not_block_appends() {
     });
     assert_eq!(&wal.load_snapshot(z(1, 3)).unwrap().data[..], b"xxx");
 }
+
+/// Every sync of a TRUNC fails in turn; after reopening, rebuild gives the old
+/// history or the truncated one, never a snapshot beyond the log.
+#[test]
+fn wal_truncation_is_atomic_at_every_crash_point() {
+    let old = (Some(z(1, 5)), epoch1(6..=30));
+    let new = (Some(z(1, 5)), epoch1(6..=9));
+    let (mut saw_old, mut saw_new) = (false, false);
+    for k in 0..100 {
+        let dir = tempfile::tempdir().unwrap();
+        let syncer = Arc::new(FailingSyncer::new());
+        let result = {
+            let (wal, _) = Wal::open_with(dir.path(), options(), syncer.clone()).unwrap();
+            append_epoch1(&wal, 1..=30);
+            save(&wal, z(1, 5));
+            save(&wal, z(1, 25));
+            wal.begin_sync(SyncMarker {
+                mode: SyncMode::Trunc,
+                target: z(1, 9),
+            })
+            .unwrap();
+            syncer.fail_after(k);
+            wal.truncate_after(z(1, 9))
+        };
+        let (wal, rec) = open(dir.path());
+        assert_eq!(rec.sync_in_progress.map(|m| m.mode), Some(SyncMode::Trunc));
+        let got = rebuilt(&wal);
+        let ctx = format!("failing sync {k}: {result:?}");
+        if result.is_ok() {
+            assert_eq!(got, new, "{ctx}");
+            assert!(saw_old && saw_new, "both outcomes were reached");
+            return;
+        }
+        if got == old {
+            saw_old = true;
+        } else {
+            assert_eq!(got, new, "{ctx}");
+            saw_new = true;
+        }
+        let above: Vec<_> = wal
+            .snapshots()
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.zxid > wal.last_durable_zxid())
+            .collect();
+        assert!(above.is_empty(), "{ctx}: {above:?}");
+    }
+    panic!("the truncation never succeeded");
+}
