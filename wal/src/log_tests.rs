@@ -690,3 +690,40 @@ fn the_durable_state_can_be_shared_between_threads() {
     shared::<crate::Wal>();
     shared::<Append>();
 }
+
+#[test]
+fn a_last_segment_whose_only_record_is_torn_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut acked = Vec::new();
+    {
+        let (log, _) = open(dir.path(), small_segments());
+        let mut c = 1;
+        // Append until the newest segment holds exactly one record.
+        loop {
+            append_all(&log, [z(1, c)]);
+            acked.push(z(1, c));
+            c += 1;
+            let segs = log.segments();
+            if segs.len() >= 3 && segs.last().unwrap().records == 1 {
+                break;
+            }
+        }
+    }
+    let (first, path) = list_segments(dir.path()).unwrap().pop().unwrap();
+    let torn = acked.pop().unwrap();
+    assert_eq!(first, torn);
+    // The record's bytes never reached the disk: zeros after a valid header.
+    let f = OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&[0u8; 20], SEGMENT_HEADER_BYTES + 4)
+        .unwrap();
+    drop(f);
+    let (log, rec) = open(dir.path(), small_segments());
+    assert!(rec.tail_cut.is_some(), "{rec:?}");
+    assert!(!path.exists(), "the empty segment is gone");
+    assert_holds(&log, &acked);
+    append_all(&log, [torn]);
+    drop(log);
+    let (log, _) = open(dir.path(), small_segments());
+    acked.push(torn);
+    assert_holds(&log, &acked);
+}
