@@ -18,3 +18,8 @@ pub use replicator::{
     CommitStream, Committed, PeerId, Proposal, ReplicateError, Replicator, Role, SyncBarrier,
 };
 pub use standalone::{QuorumOfOne, StandaloneError, StandaloneOptions};
+
+/// The log's options, re-exported so that a server configures its quorum of one
+/// (fsync, log directory, segment sizes) without depending on `rzk-wal` itself:
+/// the server never touches the durable log except through a [`Replicator`].
+pub use rzk_wal::{LogOptions, WalOptions};
