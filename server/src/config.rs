@@ -100,6 +100,9 @@ pub struct ServerConfig {
     /// `rzk.connection.outgoingBytesMax`: bytes queued to a client that does not
     /// read before the server closes its connection (default 64 MiB).
     pub connection_outgoing_bytes_max: u64,
+    /// `zookeeper.nio.sessionlessCnxnTimeout`: ms a connection may stay open
+    /// without sending its ConnectRequest (default 10000, doc §3.8).
+    pub sessionless_timeout_ms: u64,
     /// `snapCount`: transactions between snapshots (default 100000).
     pub snap_count: u64,
     /// `autopurge.snapRetainCount`: snapshots kept (default and minimum 3).
@@ -151,6 +154,7 @@ impl Default for ServerConfig {
             global_outstanding_limit: 1000,
             connection_outstanding_max: 1000,
             connection_outgoing_bytes_max: 64 << 20,
+            sessionless_timeout_ms: 10_000,
             snap_count: 100_000,
             snap_retain_count: 3,
             four_letter_words: FourLetterWhitelist::default(),
@@ -278,6 +282,7 @@ impl ServerConfig {
             "rzk.connection.outstandingMax" => self.connection_outstanding_max = positive(s)?,
             "rzk.connection.outgoingBytesMax" => self.connection_outgoing_bytes_max = positive(s)?,
             "snapCount" => self.snap_count = at_least(s, 2)?,
+            "zookeeper.nio.sessionlessCnxnTimeout" => self.sessionless_timeout_ms = positive(s)?,
             "autopurge.snapRetainCount" => {
                 let n: u32 = number(s)?;
                 if n < 3 {

@@ -1,9 +1,48 @@
-//! `rzk-server`: the rzk server (binary `rzk`).
+//! `rzk-server`: the rzk server (binary `rzk`): a ZooKeeper-compatible server
+//! on the request pipeline of DESIGN.md — prep → txn → replicate → apply →
+//! reply — with replication behind `rzk_quorum::Replicator` (standalone: the
+//! quorum of one).
 //!
-//! Status: being built (issue 4). What exists so far is the configuration
-//! ([`config`]): a `zoo.cfg`-compatible file, command-line overrides and the
-//! embedded default. There is no server binary yet.
+//! ```no_run
+//! # async fn example() -> Result<(), rzk_server::ServerError> {
+//! let config = rzk_server::config::ServerConfig::default();
+//! let listener = tokio::net::TcpListener::bind(config.client_addr).await.unwrap();
+//! rzk_server::serve(config, vec![listener], async {
+//!     let _ = tokio::signal::ctrl_c().await;
+//! })
+//! .await
+//! # }
+//! ```
+//!
+//! Modules: [`config`] (zoo.cfg), [`path`] (ZooKeeper's path rules), [`acl`]
+//! (identities, ACL fixup and checks), [`tree`] (the data tree and its
+//! copy-on-write snapshots), [`txn`] (the transaction format), [`prep`]
+//! (request → txn against tree + outstanding changes), [`apply`] (txn →
+//! tree, in zxid order), [`watch`] (watch tables), and the private core
+//! (the task that owns all of it), connections and four-letter words.
+//!
+//! Guarantees: a write is answered only once durable through the replicator
+//! and applied (I6); per connection, replies come in request order and the
+//! notifications a write causes come before its reply (doc §10.3); every
+//! limit is explicit (frame size, connections per IP, requests in flight per
+//! connection and in total, bytes queued to a slow reader, the sessionless
+//! timeout), and bad client input never panics (I7).
 
 #![deny(missing_docs)]
 
+pub mod acl;
+pub mod apply;
 pub mod config;
+mod conn;
+mod core;
+mod fourlw;
+pub mod outbox;
+pub mod path;
+pub mod prep;
+mod server;
+pub mod tree;
+pub mod txn;
+pub mod watch;
+
+pub use crate::core::CoreError;
+pub use server::{open_standalone, run, serve, server_id, ServerError};

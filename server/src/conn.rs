@@ -1,0 +1,174 @@
+//! One client connection: a reader that decodes frames and hands them to the
+//! core (holding outstanding-request permits, so that a connection with too
+//! many requests in flight stops being read), and a writer that drains the
+//! connection's [`Outbox`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use rzk_wire::server::Incoming;
+use rzk_wire::ServerCodec;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio_util::codec::FramedRead;
+
+use crate::config::FourLetterWhitelist;
+use crate::core::{CoreMsg, Permit, Req};
+use crate::fourlw;
+use crate::outbox::{Next, Outbox};
+use crate::watch::ConnId;
+
+/// What every connection needs to know.
+#[derive(Debug)]
+pub(crate) struct ConnCtx {
+    pub(crate) core: mpsc::Sender<CoreMsg>,
+    /// Requests in flight across all connections (`globalOutstandingLimit`).
+    pub(crate) global: Arc<Semaphore>,
+    /// Requests in flight on one connection (`rzk.connection.outstandingMax`).
+    pub(crate) outstanding_max: usize,
+    /// `rzk.connection.outgoingBytesMax`.
+    pub(crate) outgoing_bytes_max: usize,
+    /// `jute.maxbuffer`.
+    pub(crate) frame_bytes_max: usize,
+    /// doc §3.8: a connection that sends no ConnectRequest in this time is closed.
+    pub(crate) sessionless_timeout: Duration,
+    pub(crate) whitelist: FourLetterWhitelist,
+}
+
+/// Serves one connection until it closes.
+pub(crate) async fn serve(stream: TcpStream, peer: SocketAddr, id: ConnId, ctx: Arc<ConnCtx>) {
+    let _ = stream.set_nodelay(true);
+    let (rd, wr) = stream.into_split();
+    let outbox = Arc::new(Outbox::new(ctx.outgoing_bytes_max));
+    let writer = tokio::spawn(write_loop(wr, outbox.clone()));
+    let mut framed = FramedRead::new(rd, ServerCodec::with_frame_bytes_max(ctx.frame_bytes_max));
+    let first = tokio::select! {
+        r = tokio::time::timeout(ctx.sessionless_timeout, framed.next()) => r,
+        _ = outbox.cancel.cancelled() => Ok(None),
+    };
+    let registered = match first {
+        Err(_) => {
+            tracing::info!(%peer, "no ConnectRequest within the sessionless timeout: closing");
+            false
+        }
+        Ok(None) => false,
+        Ok(Some(Err(e))) => {
+            tracing::info!(%peer, error = %e, "bad first frame: closing the connection");
+            false
+        }
+        Ok(Some(Ok(Incoming::FourLetterWord(word)))) => {
+            let text = if ctx.whitelist.allows(word.name()) {
+                let (tx, rx) = oneshot::channel();
+                let _ = ctx.core.send(CoreMsg::FourLetter { word, reply: tx }).await;
+                rx.await.unwrap_or_default()
+            } else {
+                fourlw::not_whitelisted(word)
+            };
+            // One write: kazoo reads a single chunk.
+            outbox.push(|b| b.extend_from_slice(text.as_bytes()));
+            false
+        }
+        Ok(Some(Ok(Incoming::Connect(req)))) => {
+            let msg = CoreMsg::Connect {
+                conn: id,
+                peer,
+                outbox: outbox.clone(),
+                req,
+            };
+            ctx.core.send(msg).await.is_ok()
+        }
+        Ok(Some(Ok(_))) => false,
+    };
+    if registered {
+        read_loop(&mut framed, peer, id, &ctx, &outbox).await;
+        let _ = ctx.core.send(CoreMsg::Closed { conn: id }).await;
+    }
+    outbox.close_after_flush();
+    let _ = writer.await;
+}
+
+async fn read_loop(
+    framed: &mut FramedRead<tokio::net::tcp::OwnedReadHalf, ServerCodec>,
+    peer: SocketAddr,
+    id: ConnId,
+    ctx: &ConnCtx,
+    outbox: &Outbox,
+) {
+    let conn_slots = Arc::new(Semaphore::new(ctx.outstanding_max.max(1)));
+    loop {
+        // Backpressure: the next request is read only once it has a slot on
+        // this connection and on the server (I7).
+        let permit = tokio::select! {
+            p = async {
+                let c = conn_slots.clone().acquire_owned().await;
+                let g = ctx.global.clone().acquire_owned().await;
+                (c, g)
+            } => match p {
+                (Ok(c), Ok(g)) => Permit { _conn: c, _global: g },
+                _ => return,
+            },
+            _ = outbox.cancel.cancelled() => return,
+        };
+        let item = tokio::select! {
+            item = framed.next() => item,
+            _ = outbox.cancel.cancelled() => return,
+        };
+        let req = match item {
+            None => return,
+            Some(Err(e)) => {
+                // doc §2.2: "Len error" and close, without a reply; the session
+                // lives on.
+                tracing::warn!(%peer, error = %e, "closing the connection on a framing error");
+                return;
+            }
+            Some(Ok(Incoming::Request(frame))) => Req::Frame(frame),
+            Some(Ok(Incoming::Malformed { xid, opcode, error })) => {
+                tracing::debug!(%peer, %error, "malformed request");
+                Req::Malformed { xid, opcode }
+            }
+            Some(Ok(Incoming::UnknownOpCode { xid, .. })) => Req::Unknown { xid },
+            Some(Ok(Incoming::Connect(_) | Incoming::FourLetterWord(_))) => return,
+        };
+        if ctx
+            .core
+            .send(CoreMsg::Request {
+                conn: id,
+                req,
+                permit,
+            })
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+async fn write_loop(mut wr: OwnedWriteHalf, outbox: Arc<Outbox>) {
+    loop {
+        match outbox.next() {
+            Next::Write(buf) => {
+                let done = tokio::select! {
+                    r = wr.write_all(&buf) => r.is_ok(),
+                    _ = outbox.cancel.cancelled() => false,
+                };
+                if !done {
+                    break;
+                }
+            }
+            Next::Close => break,
+            Next::Wait => {
+                tokio::select! {
+                    _ = outbox.wait() => {}
+                    _ = outbox.cancel.cancelled() => break,
+                }
+            }
+        }
+    }
+    outbox.cancel.cancel();
+    let _ = wr.shutdown().await;
+}

@@ -1,0 +1,123 @@
+//! `rzk [zoo.cfg]`: the rzk server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use rzk_server::config::ServerConfig;
+
+/// A ZooKeeper-compatible server. With no file it serves 127.0.0.1:2181 with
+/// data in ./data. Flags override the file.
+#[derive(Parser, Debug)]
+#[command(name = "rzk", version)]
+struct Cli {
+    /// A zoo.cfg-compatible configuration file.
+    config: Option<PathBuf>,
+    /// clientPort.
+    #[arg(long)]
+    client_port: Option<u16>,
+    /// clientPortAddress.
+    #[arg(long)]
+    client_port_address: Option<String>,
+    /// dataDir.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// dataLogDir.
+    #[arg(long)]
+    data_log_dir: Option<PathBuf>,
+    /// tickTime in ms.
+    #[arg(long)]
+    tick_time: Option<u32>,
+    /// Any zoo.cfg key, as key=value (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+fn overrides(cli: &Cli) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    if let Some(p) = cli.client_port {
+        out.push(("clientPort".into(), p.to_string()));
+    }
+    if let Some(a) = &cli.client_port_address {
+        out.push(("clientPortAddress".into(), a.clone()));
+    }
+    if let Some(d) = &cli.data_dir {
+        out.push(("dataDir".into(), d.display().to_string()));
+    }
+    if let Some(d) = &cli.data_log_dir {
+        out.push(("dataLogDir".into(), d.display().to_string()));
+    }
+    if let Some(t) = cli.tick_time {
+        out.push(("tickTime".into(), t.to_string()));
+    }
+    for kv in &cli.set {
+        let Some((k, v)) = kv.split_once('=') else {
+            return Err(format!("--set {kv:?}: expected key=value"));
+        };
+        out.push((k.trim().to_owned(), v.trim().to_owned()));
+    }
+    Ok(out)
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let config = match overrides(&cli)
+        .and_then(|o| ServerConfig::load(cli.config.as_deref(), &o).map_err(|e| e.to_string()))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rzk: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for w in &config.warnings {
+        tracing::warn!("{w}");
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("rzk: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rzk: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: ServerConfig) -> anyhow::Result<()> {
+    if !config.servers.is_empty() {
+        tracing::warn!("server.N lines found: ensembles are not supported yet; serving standalone");
+    }
+    let listener = tokio::net::TcpListener::bind(config.client_addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.client_addr))?;
+    rzk_server::serve(config, vec![listener], shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
