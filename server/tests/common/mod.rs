@@ -100,3 +100,100 @@ pub async fn four_letter(addr: SocketAddr, word: &str) -> String {
     s.read_to_string(&mut out).await.unwrap();
     out
 }
+
+/// A hand-driven protocol client (rzk-wire's ClientCodec) for what the real
+/// clients do not let a test do: stop pinging, pipeline, send bad frames.
+pub struct Raw {
+    pub framed: tokio_util::codec::Framed<tokio::net::TcpStream, rzk_wire::ClientCodec>,
+    pub next_xid: i32,
+}
+
+impl Raw {
+    /// Connects and sends a ConnectRequest; does not wait for the answer.
+    pub async fn open(addr: SocketAddr, req: rzk_wire::ConnectRequest) -> Raw {
+        use futures::SinkExt;
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut framed = tokio_util::codec::Framed::new(stream, rzk_wire::ClientCodec::new());
+        framed.send(req).await.unwrap();
+        Raw { framed, next_xid: 1 }
+    }
+
+    pub fn new_session(timeout_ms: i32) -> rzk_wire::ConnectRequest {
+        rzk_wire::ConnectRequest {
+            protocol_version: 0,
+            last_zxid_seen: rzk_zxid::Zxid::ZERO,
+            timeout_ms,
+            session_id: rzk_wire::SessionId::NONE,
+            passwd: vec![0u8; 16].into(),
+            read_only: Some(false),
+        }
+    }
+
+    /// Connects with a new session and returns the ConnectResponse.
+    pub async fn connect(addr: SocketAddr, timeout_ms: i32) -> (Raw, rzk_wire::ConnectResponse) {
+        let mut raw = Raw::open(addr, Raw::new_session(timeout_ms)).await;
+        match raw.recv().await {
+            Some(rzk_wire::client::Incoming::Connect(r)) => (raw, r),
+            other => panic!("expected a ConnectResponse, got {other:?}"),
+        }
+    }
+
+    pub async fn send(&mut self, request: rzk_wire::Request) -> rzk_wire::Xid {
+        use futures::SinkExt;
+        let xid = rzk_wire::Xid(self.next_xid);
+        self.next_xid += 1;
+        self.framed
+            .send(rzk_wire::RequestFrame { xid, request })
+            .await
+            .unwrap();
+        xid
+    }
+
+    /// The next frame, or None at EOF / error / 10 s of silence.
+    pub async fn recv(&mut self) -> Option<rzk_wire::client::Incoming> {
+        use futures::StreamExt;
+        match tokio::time::timeout(Duration::from_secs(10), self.framed.next()).await {
+            Ok(Some(Ok(item))) => Some(item),
+            _ => None,
+        }
+    }
+
+    /// The next reply (skipping notifications), decoded as `op`.
+    pub async fn reply(&mut self, op: rzk_wire::OpCode) -> rzk_wire::Reply {
+        loop {
+            match self.recv().await {
+                Some(rzk_wire::client::Incoming::Reply(r)) => return r.decode(op).unwrap(),
+                Some(rzk_wire::client::Incoming::Notification(_)) => continue,
+                other => panic!("expected a reply, got {other:?}"),
+            }
+        }
+    }
+
+    /// Sends and waits for the reply.
+    pub async fn call(&mut self, request: rzk_wire::Request) -> rzk_wire::Reply {
+        let op = request.opcode();
+        self.send(request).await;
+        self.reply(op).await
+    }
+
+    /// Whether the server closed the connection (EOF within 10 s).
+    pub async fn closed(&mut self) -> bool {
+        use futures::StreamExt;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), self.framed.next()).await {
+                Ok(None) | Ok(Some(Err(_))) => return true,
+                Ok(Some(Ok(_))) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+pub fn create_req(path: &str, data: &[u8], flags: i32) -> rzk_wire::Request {
+    rzk_wire::Request::Create(rzk_wire::CreateRequest {
+        path: path.into(),
+        data: Some(bytes::Bytes::copy_from_slice(data)),
+        acl: rzk_wire::Acl::open_unsafe(),
+        flags,
+    })
+}
