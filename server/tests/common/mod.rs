@@ -197,3 +197,13 @@ pub fn create_req(path: &str, data: &[u8], flags: i32) -> rzk_wire::Request {
         flags,
     })
 }
+
+impl Raw {
+    pub async fn send_with_xid(&mut self, xid: rzk_wire::Xid, request: rzk_wire::Request) {
+        use futures::SinkExt;
+        self.framed
+            .send(rzk_wire::RequestFrame { xid, request })
+            .await
+            .unwrap();
+    }
+}
