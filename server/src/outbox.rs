@@ -54,7 +54,8 @@ impl Outbox {
     }
 
     /// Appends whatever `write` writes. Returns false, and cancels the
-    /// connection, if the queue exceeds its limit; nothing is queued then.
+    /// connection, if bytes were already waiting and the queue now exceeds
+    /// its limit; nothing is queued then.
     pub fn push(&self, write: impl FnOnce(&mut BytesMut)) -> bool {
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if s.closing && self.cancel.is_cancelled() {
@@ -62,7 +63,9 @@ impl Outbox {
         }
         let before = s.buf.len();
         write(&mut s.buf);
-        if s.buf.len() > self.bytes_max {
+        // A single frame larger than the limit may go out to a client that
+        // reads; a queue that is already past the limit means one that does not.
+        if before > 0 && s.buf.len() > self.bytes_max {
             s.buf.truncate(before);
             s.closing = true;
             drop(s);

@@ -1,0 +1,160 @@
+//! Limits (issue item 9, I7): each one is reached, and harms no one else.
+mod common;
+
+use std::time::Duration;
+
+use bytes::{BufMut, BytesMut};
+use common::*;
+use rzk_wire::client::Incoming;
+use rzk_wire::{ErrorCode, OpCode, Request, Response};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[tokio::test]
+async fn a_frame_over_jute_maxbuffer_closes_that_connection_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), &[("jute.maxbuffer", "4096")]).await;
+    let (mut bystander, _) = Raw::connect(server.addr, 4000).await;
+    let (mut raw, resp) = Raw::connect(server.addr, 4000).await;
+    assert!(raw.call(create_req("/e", b"", 1)).await.result.is_ok());
+    // A create whose frame is 4097+ bytes: the connection is closed, no reply.
+    let stream = raw.framed.get_mut();
+    let mut frame = BytesMut::new();
+    frame.put_i32(5000);
+    frame.put_bytes(0, 5000);
+    stream.write_all(&frame).await.unwrap();
+    assert!(raw.closed().await);
+    // The bystander is fine, and the session survives: it can be resumed.
+    assert!(bystander.call(Request::Ping).await.result.is_ok());
+    let mut req = Raw::new_session(4000);
+    req.session_id = resp.session_id;
+    req.passwd = resp.passwd;
+    let mut again = Raw::open(server.addr, req).await;
+    let Some(Incoming::Connect(ok)) = again.recv().await else { panic!() };
+    assert_eq!(ok.session_id, resp.session_id);
+    // A frame of exactly the limit is accepted.
+    let ok_frame = create_req("/big", &vec![7u8; 4096 - 100], 0);
+    assert!(again.call(ok_frame).await.result.is_ok());
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn max_client_cnxns_per_ip() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), &[("maxClientCnxns", "2")]).await;
+    let (mut a, _) = Raw::connect(server.addr, 4000).await;
+    let (_b, _) = Raw::connect(server.addr, 4000).await;
+    let mut c = Raw::open(server.addr, Raw::new_session(4000)).await;
+    assert!(c.closed().await, "the third connection from 127.0.0.1 is closed");
+    assert!(a.call(Request::Ping).await.result.is_ok());
+    drop(a);
+    // A slot frees up once a connection ends.
+    let srv = &server;
+    eventually(Duration::from_secs(10), "a new connection is accepted", || async move {
+        let mut d = Raw::open(srv.addr, Raw::new_session(4000)).await;
+        matches!(d.recv().await, Some(Incoming::Connect(_)))
+    })
+    .await;
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn outstanding_limits_apply_backpressure_without_losing_order() {
+    use futures::SinkExt;
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(
+        dir.path(),
+        &[("rzk.connection.outstandingMax", "1"), ("globalOutstandingLimit", "2")],
+    )
+    .await;
+    let (mut raw, _) = Raw::connect(server.addr, 4000).await;
+    // 300 requests pipelined: with one slot per connection the server reads
+    // one request at a time; every reply still comes, in order.
+    for i in 0..150 {
+        raw.framed.feed(rzk_wire::RequestFrame { xid: rzk_wire::Xid(2 * i + 1), request: create_req(&format!("/n{i}"), b"", 0) }).await.unwrap();
+        raw.framed.feed(rzk_wire::RequestFrame { xid: rzk_wire::Xid(2 * i + 2), request: Request::Exists(rzk_wire::ExistsRequest { path: format!("/n{i}").into(), watch: false }) }).await.unwrap();
+    }
+    SinkExt::<rzk_wire::RequestFrame>::flush(&mut raw.framed).await.unwrap();
+    for i in 0..300 {
+        let op = if i % 2 == 0 { OpCode::Create } else { OpCode::Exists };
+        let r = raw.reply(op).await;
+        assert_eq!(r.xid, rzk_wire::Xid(i + 1));
+        assert!(r.result.is_ok(), "{r:?}");
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_is_disconnected() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), &[("rzk.connection.outgoingBytesMax", "200000")]).await;
+    let (mut raw, _) = Raw::connect(server.addr, 30000).await;
+    assert!(raw.call(create_req("/big", &vec![1u8; 100_000], 0)).await.result.is_ok());
+    let (mut bystander, _) = Raw::connect(server.addr, 4000).await;
+    // Ask for 100 KB 2000 times and never read: 200 MB the server may not buffer.
+    let mut stream = raw.framed.into_inner();
+    let mut buf = BytesMut::new();
+    for i in 0..2000 {
+        let frame = rzk_wire::RequestFrame { xid: rzk_wire::Xid(10 + i), request: Request::GetData(rzk_wire::GetDataRequest { path: "/big".into(), watch: false }) };
+        let start = buf.len();
+        buf.put_i32(0);
+        frame.encode_payload(&mut buf);
+        let len = (buf.len() - start - 4) as i32;
+        buf[start..start + 4].copy_from_slice(&len.to_be_bytes());
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.write_all(&buf)).await;
+    // The bystander is served meanwhile.
+    assert!(bystander.call(Request::Ping).await.result.is_ok());
+    // Now read: the stream ends long before 200 MB arrive.
+    let mut total = 0usize;
+    let mut chunk = vec![0u8; 1 << 16];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => total += n,
+            Err(_) => panic!("the server neither closed nor sent; read {total} bytes"),
+        }
+    }
+    assert!(total < 100 * 1_000_000, "read {total} bytes before the close");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_connection_without_connect_request_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), &[("zookeeper.nio.sessionlessCnxnTimeout", "300")]).await;
+    let mut s = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let mut b = [0u8; 1];
+    let r = tokio::time::timeout(Duration::from_secs(10), s.read(&mut b)).await;
+    assert!(matches!(r, Ok(Ok(0)) | Ok(Err(_))), "closed: {r:?}");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn unknown_opcode_and_malformed_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), &[]).await;
+    let (mut raw, _) = Raw::connect(server.addr, 4000).await;
+    let stream = raw.framed.get_mut();
+    // getData (4) with a truncated record: MARSHALLINGERROR, connection stays.
+    let mut f = BytesMut::new();
+    f.put_i32(12);
+    f.put_i32(5);
+    f.put_i32(4);
+    f.put_i32(100); // a string length with no bytes after it
+    stream.write_all(&f).await.unwrap();
+    let r = raw.reply(OpCode::GetData).await;
+    assert_eq!((r.xid, r.result), (rzk_wire::Xid(5), Err(ErrorCode::MarshallingError)));
+    assert!(raw.call(Request::Ping).await.result.is_ok());
+    // opcode 999: UNIMPLEMENTED with zxid -1, then close.
+    let stream = raw.framed.get_mut();
+    let mut f = BytesMut::new();
+    f.put_i32(8);
+    f.put_i32(6);
+    f.put_i32(999);
+    stream.write_all(&f).await.unwrap();
+    let r = raw.reply(OpCode::Ping).await;
+    assert_eq!((r.xid, r.zxid.as_i64(), r.result), (rzk_wire::Xid(6), -1, Err(ErrorCode::Unimplemented)));
+    assert!(raw.closed().await);
+    let _ = Response::Empty;
+    server.stop().await.unwrap();
+}
