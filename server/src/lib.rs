@@ -44,5 +44,8 @@ pub mod tree;
 pub mod txn;
 pub mod watch;
 
+#[cfg(test)]
+mod replay_tests;
+
 pub use crate::core::CoreError;
 pub use server::{open_standalone, run, serve, server_id, ServerError};
