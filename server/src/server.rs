@@ -64,18 +64,22 @@ pub fn server_id(config: &ServerConfig) -> Result<u64, ServerError> {
 /// Opens the standalone replicator (a quorum of one) for `config`.
 pub async fn open_standalone(config: &ServerConfig) -> Result<Arc<QuorumOfOne>, ServerError> {
     let id = server_id(config)?;
+    // The log fsyncs a directory's parent, which a bare relative name such as
+    // `data` does not have: hand it absolute paths.
+    let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
+    let data_dir = absolute(&config.data_dir);
     let mut wal = WalOptions::default();
     wal.snap_retain_count = config.snap_retain_count as usize;
     wal.log.unsafe_no_fsync = config.unsafe_no_fsync;
     if config.data_log_dir != config.data_dir {
-        wal.log_dir = Some(config.data_log_dir.clone());
+        wal.log_dir = Some(absolute(&config.data_log_dir));
     }
     let options = StandaloneOptions {
         wal,
         id: PeerId(id),
         ..StandaloneOptions::default()
     };
-    Ok(QuorumOfOne::open(&config.data_dir, options).await?)
+    Ok(QuorumOfOne::open(&data_dir, options).await?)
 }
 
 /// Opens the data directory, serves clients on `listeners` until `shutdown`
