@@ -225,7 +225,11 @@ fn ip_matches(conn_addr: &str, acl_id: &str) -> bool {
     let (Some(conn), Some((net, bits))) = (parse_v4(conn_addr), parse_ip_acl(acl_id)) else {
         return false;
     };
-    let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
+    let mask = if bits == 0 {
+        0
+    } else {
+        u32::MAX << (32 - bits)
+    };
     u32::from(conn) & mask == u32::from(net) & mask
 }
 
@@ -377,8 +381,20 @@ mod tests {
         let dup = [acl(31, "world", "anyone"), acl(31, "world", "anyone")];
         assert_eq!(fixup(&dup, &ip).unwrap().len(), 1);
         let mut two = ip.clone();
-        authenticate(&mut two, "digest", b"a:1", "127.0.0.1".parse().unwrap(), None);
-        authenticate(&mut two, "digest", b"b:2", "127.0.0.1".parse().unwrap(), None);
+        authenticate(
+            &mut two,
+            "digest",
+            b"a:1",
+            "127.0.0.1".parse().unwrap(),
+            None,
+        );
+        authenticate(
+            &mut two,
+            "digest",
+            b"b:2",
+            "127.0.0.1".parse().unwrap(),
+            None,
+        );
         let fixed = fixup(&[acl(5, "auth", "")], &two).unwrap();
         assert_eq!(fixed.len(), 2);
         assert!(fixed.iter().all(|a| &*a.id.scheme == "digest"));

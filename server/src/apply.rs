@@ -120,7 +120,13 @@ fn inconsistent(zxid: u64, op: &TxnOp, code: ErrorCode) {
     tracing::error!(zxid = %Zxid::from_u64(zxid), ?op, ?code, "txn does not apply to the tree");
 }
 
-fn apply_op(tree: &mut DataTree, z: u64, time: i64, op: &TxnOp, events: &mut Vec<Event>) -> OpOutcome {
+fn apply_op(
+    tree: &mut DataTree,
+    z: u64,
+    time: i64,
+    op: &TxnOp,
+    events: &mut Vec<Event>,
+) -> OpOutcome {
     match op {
         TxnOp::Create {
             path: p,

@@ -27,11 +27,11 @@ use futures::StreamExt;
 use rzk_quorum::{CommitStream, Committed, Proposal, ReplicateError, Replicator};
 use rzk_wire::multi::MultiResult;
 use rzk_wire::{
-    frame, ConnectRequest, Create2Response, CreateResponse, ErrorCode, EventType,
-    FourLetterWord, GetAclResponse, GetAllChildrenNumberResponse, GetChildren2Response,
-    GetChildrenResponse, GetDataResponse, GetEphemeralsResponse, KeeperState, MultiReadOp,
-    MultiResponse, Notification, OpCode, Perms, Record, Reply, Request, RequestFrame, Response,
-    SetSaslResponse, SyncResponse, WatcherEvent, WhoAmIResponse, Xid,
+    frame, ConnectRequest, Create2Response, CreateResponse, ErrorCode, EventType, FourLetterWord,
+    GetAclResponse, GetAllChildrenNumberResponse, GetChildren2Response, GetChildrenResponse,
+    GetDataResponse, GetEphemeralsResponse, KeeperState, MultiReadOp, MultiResponse, Notification,
+    OpCode, Perms, Record, Reply, Request, RequestFrame, Response, SetSaslResponse, SyncResponse,
+    WatcherEvent, WhoAmIResponse, Xid,
 };
 use rzk_zxid::Zxid;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
@@ -237,6 +237,9 @@ struct InFlight {
     touched: Vec<String>,
 }
 
+/// A sync barrier resolved: the connection, the sync's token, the barrier.
+type SyncDone = (ConnId, u64, Result<Zxid, ReplicateError>);
+
 /// Server-wide statistics (srvr, mntr).
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
@@ -272,7 +275,7 @@ pub(crate) struct Core {
     /// stream delivers the successes.
     proposals: FuturesUnordered<Proposal>,
     snapshot_saves: FuturesUnordered<Proposal>,
-    syncs: FuturesUnordered<tokio::task::JoinHandle<(ConnId, u64, Result<Zxid, ReplicateError>)>>,
+    syncs: FuturesUnordered<tokio::task::JoinHandle<SyncDone>>,
     next_sync_token: u64,
     pub(crate) stats: Stats,
     pub(crate) started: Instant,
@@ -326,8 +329,7 @@ impl Core {
         let mut commits = replicator
             .take_commits()
             .ok_or_else(|| CoreError::Commits("already taken".into()))?;
-        let base = ((cfg.server_id as i64) << 56)
-            | (((now_ms() << 24) as u64) >> 8) as i64;
+        let base = ((cfg.server_id as i64) << 56) | (((now_ms() << 24) as u64) >> 8) as i64;
         let mut core = Core {
             prep: Prep::new(cfg.server.extended_types_enabled),
             cfg,
@@ -386,7 +388,8 @@ impl Core {
         let mut expiry = tokio::time::interval(tick);
         expiry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let reap_every = Duration::from_millis(self.cfg.server.container_check_interval_ms.max(1));
-        let mut reaper = tokio::time::interval_at(tokio::time::Instant::now() + reap_every, reap_every);
+        let mut reaper =
+            tokio::time::interval_at(tokio::time::Instant::now() + reap_every, reap_every);
         reaper.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut rx_open = true;
         loop {
@@ -442,7 +445,10 @@ impl Core {
 
     fn begin_shutdown(&mut self) {
         if !self.shutting_down {
-            tracing::info!(in_flight = self.in_flight.len(), "shutting down: finishing in-flight writes");
+            tracing::info!(
+                in_flight = self.in_flight.len(),
+                "shutting down: finishing in-flight writes"
+            );
             self.shutting_down = true;
         }
     }
@@ -472,7 +478,13 @@ impl Core {
         requested.clamp(min, max)
     }
 
-    fn on_connect(&mut self, id: ConnId, peer: SocketAddr, outbox: Arc<Outbox>, req: ConnectRequest) {
+    fn on_connect(
+        &mut self,
+        id: ConnId,
+        peer: SocketAddr,
+        outbox: Arc<Outbox>,
+        req: ConnectRequest,
+    ) {
         if self.shutting_down {
             outbox.close_now();
             return;
@@ -543,7 +555,11 @@ impl Core {
         s.conn = Some(id);
         s.timeout_ms = negotiated;
         s.deadline = Instant::now() + Duration::from_millis(negotiated as u64);
-        let resp = req.accept(negotiated, rzk_wire::SessionId(sid), Bytes::copy_from_slice(&s.password));
+        let resp = req.accept(
+            negotiated,
+            rzk_wire::SessionId(sid),
+            Bytes::copy_from_slice(&s.password),
+        );
         push_frame(&conn.outbox, |b| resp.encode(b));
         conn.state = ConnState::Connected(sid);
         conn.stats.sent += 1;
@@ -652,9 +668,25 @@ impl Core {
             }
             Req::Malformed { xid, opcode } => {
                 if is_write(opcode) {
-                    self.propose_write(id, sid, xid, ReplyAs::Op(opcode), TxnBody::Error(ErrorCode::MarshallingError), Vec::new(), permit);
+                    self.propose_write(
+                        id,
+                        sid,
+                        xid,
+                        ReplyAs::Op(opcode),
+                        TxnBody::Error(ErrorCode::MarshallingError),
+                        Vec::new(),
+                        permit,
+                    );
                 } else {
-                    self.enqueue_or_answer(id, Pending::Error { xid, code: ErrorCode::MarshallingError, started: now, _permit: permit });
+                    self.enqueue_or_answer(
+                        id,
+                        Pending::Error {
+                            xid,
+                            code: ErrorCode::MarshallingError,
+                            started: now,
+                            _permit: permit,
+                        },
+                    );
                 }
                 return;
             }
@@ -680,7 +712,9 @@ impl Core {
             }
             Request::Create(r) | Request::Create2(r) | Request::CreateContainer(r) => {
                 let seq = self.next_seq;
-                let p = self.prep.prep(&self.tree, seq, caller, Write::Create(op, r));
+                let p = self
+                    .prep
+                    .prep(&self.tree, seq, caller, Write::Create(op, r));
                 self.propose_write(id, sid, xid, ReplyAs::Op(op), p.body, p.touched, permit);
             }
             Request::CreateTtl(r) => {
@@ -732,7 +766,8 @@ impl Core {
                 let token = self.next_sync_token;
                 self.next_sync_token += 1;
                 let barrier = self.replicator.sync();
-                self.syncs.push(tokio::spawn(async move { (id, token, barrier.await) }));
+                self.syncs
+                    .push(tokio::spawn(async move { (id, token, barrier.await) }));
                 if let Some(conn) = self.conns.get_mut(&id) {
                     conn.queue.push_back(Pending::Sync {
                         token,
@@ -761,7 +796,14 @@ impl Core {
             | Request::SetWatches2(_)
             | Request::AddWatch(_)
             | Request::WhoAmI => {
-                self.enqueue_or_answer(id, Pending::Read { frame, started: now, _permit: permit });
+                self.enqueue_or_answer(
+                    id,
+                    Pending::Read {
+                        frame,
+                        started: now,
+                        _permit: permit,
+                    },
+                );
             }
         }
     }
@@ -771,7 +813,13 @@ impl Core {
         let Some(conn) = self.conns.get_mut(&id) else {
             return;
         };
-        let outcome = acl::authenticate(&mut conn.auth, scheme, auth, conn.peer.ip(), super_digest.as_deref());
+        let outcome = acl::authenticate(
+            &mut conn.auth,
+            scheme,
+            auth,
+            conn.peer.ip(),
+            super_digest.as_deref(),
+        );
         // doc §12.6: auth is answered at once, outside the ordered pipeline,
         // with zxid 0.
         let reply = match outcome {
@@ -873,11 +921,15 @@ impl Core {
                     let reply = self.serve_read(id, &frame);
                     self.send_reply(id, &reply, started);
                 }
-                Pending::Error { xid, code, started, .. } => {
+                Pending::Error {
+                    xid, code, started, ..
+                } => {
                     let reply = Reply::error(xid, self.applied, code);
                     self.send_reply(id, &reply, started);
                 }
-                Pending::Sync { xid, path, started, .. } => {
+                Pending::Sync {
+                    xid, path, started, ..
+                } => {
                     let reply = Reply::ok(xid, self.applied, Response::Sync(SyncResponse { path }));
                     self.send_reply(id, &reply, started);
                 }
@@ -891,7 +943,10 @@ impl Core {
             return;
         };
         for p in conn.queue.iter_mut() {
-            if let Pending::Sync { token: t, barrier, .. } = p {
+            if let Pending::Sync {
+                token: t, barrier, ..
+            } = p
+            {
                 if *t == token {
                     *barrier = Some(zxid);
                 }
@@ -909,14 +964,22 @@ impl Core {
         s.sent += 1;
         s.last_zxid = reply.zxid.as_i64();
         s.last_latency_ms = latency;
-        s.min_latency_ms = if s.replies == 0 { latency } else { s.min_latency_ms.min(latency) };
+        s.min_latency_ms = if s.replies == 0 {
+            latency
+        } else {
+            s.min_latency_ms.min(latency)
+        };
         s.max_latency_ms = s.max_latency_ms.max(latency);
         s.total_latency_ms += latency;
         s.replies += 1;
         s.last_response = Some(Instant::now());
         let g = &mut self.stats;
         g.packets_sent += 1;
-        g.min_latency_ms = if g.replies == 0 { latency } else { g.min_latency_ms.min(latency) };
+        g.min_latency_ms = if g.replies == 0 {
+            latency
+        } else {
+            g.min_latency_ms.min(latency)
+        };
         g.max_latency_ms = g.max_latency_ms.max(latency);
         g.total_latency_ms += latency;
         g.replies += 1;
@@ -928,7 +991,11 @@ impl Core {
         }
         let size = conn.outbox.queued_bytes().saturating_sub(before);
         g.last_response_bytes = size;
-        g.min_response_bytes = if g.min_response_bytes == 0 { size } else { g.min_response_bytes.min(size) };
+        g.min_response_bytes = if g.min_response_bytes == 0 {
+            size
+        } else {
+            g.min_response_bytes.min(size)
+        };
         g.max_response_bytes = g.max_response_bytes.max(size);
     }
 
@@ -1013,9 +1080,11 @@ impl Core {
                 let node = self.tree.get(&r.path).ok_or(ErrorCode::NoNode)?;
                 acl::check(&node.acl, auth, Perms::READ)?;
                 let n = self.tree.descendant_count(idx);
-                Ok(Response::GetAllChildrenNumber(GetAllChildrenNumberResponse {
-                    total_number: n.min(i64::from(i32::MAX)) as i32,
-                }))
+                Ok(Response::GetAllChildrenNumber(
+                    GetAllChildrenNumberResponse {
+                        total_number: n.min(i64::from(i32::MAX)) as i32,
+                    },
+                ))
             }
             Request::GetEphemerals(r) => {
                 let sid = conn.session().unwrap_or(0);
@@ -1029,7 +1098,9 @@ impl Core {
                             .collect()
                     })
                     .unwrap_or_default();
-                Ok(Response::GetEphemerals(GetEphemeralsResponse { ephemerals }))
+                Ok(Response::GetEphemerals(GetEphemeralsResponse {
+                    ephemerals,
+                }))
             }
             Request::WhoAmI => Ok(Response::WhoAmI(WhoAmIResponse {
                 client_info: auth.client_infos(),
@@ -1110,19 +1181,28 @@ impl Core {
 
     fn multi_read_op(&mut self, id: ConnId, auth: &AuthInfo, op: &MultiReadOp) -> MultiResult {
         let result = match op {
-            MultiReadOp::GetData(r) => self.tree.get(&r.path).ok_or(ErrorCode::NoNode).and_then(|n| {
-                acl::check(&n.acl, auth, Perms::READ)?;
-                Ok(MultiResult::GetData(GetDataResponse {
-                    data: n.data.clone(),
-                    stat: n.stat(),
-                }))
-            }),
-            MultiReadOp::GetChildren(r) => self.tree.get(&r.path).ok_or(ErrorCode::NoNode).and_then(|n| {
-                acl::check(&n.acl, auth, Perms::READ)?;
-                Ok(MultiResult::GetChildren(GetChildrenResponse {
-                    children: n.child_names(),
-                }))
-            }),
+            MultiReadOp::GetData(r) => {
+                self.tree
+                    .get(&r.path)
+                    .ok_or(ErrorCode::NoNode)
+                    .and_then(|n| {
+                        acl::check(&n.acl, auth, Perms::READ)?;
+                        Ok(MultiResult::GetData(GetDataResponse {
+                            data: n.data.clone(),
+                            stat: n.stat(),
+                        }))
+                    })
+            }
+            MultiReadOp::GetChildren(r) => self
+                .tree
+                .get(&r.path)
+                .ok_or(ErrorCode::NoNode)
+                .and_then(|n| {
+                    acl::check(&n.acl, auth, Perms::READ)?;
+                    Ok(MultiResult::GetChildren(GetChildrenResponse {
+                        children: n.child_names(),
+                    }))
+                }),
         };
         let watch = match op {
             MultiReadOp::GetData(r) if r.watch => Some((&r.path, WatchKind::Data)),
@@ -1216,7 +1296,8 @@ impl Core {
     }
 
     fn apply_committed(&mut self, zxid: Zxid, payload: &[u8]) -> Result<(), CoreError> {
-        let txn = Txn::decode(payload).map_err(|e| CoreError::Corrupt(format!("txn {zxid}: {e}")))?;
+        let txn =
+            Txn::decode(payload).map_err(|e| CoreError::Corrupt(format!("txn {zxid}: {e}")))?;
         let mut events = Vec::new();
         let applied = apply::apply(&mut self.tree, zxid, &txn, &mut events);
         self.applied = zxid;
@@ -1232,7 +1313,8 @@ impl Core {
                         timeout_ms: *timeout_ms,
                         password: *password,
                         conn: None,
-                        deadline: Instant::now() + Duration::from_millis((*timeout_ms).max(0) as u64),
+                        deadline: Instant::now()
+                            + Duration::from_millis((*timeout_ms).max(0) as u64),
                         closing: false,
                     },
                 );
@@ -1241,7 +1323,8 @@ impl Core {
                 }
             }
             Applied::SessionClosed => {}
-            Applied::Op(_) | Applied::Multi(_) | Applied::Error(_) | Applied::MultiError { .. } => {}
+            Applied::Op(_) | Applied::Multi(_) | Applied::Error(_) | Applied::MultiError { .. } => {
+            }
         }
         self.fire(zxid, &events);
         let mine = self
@@ -1268,7 +1351,9 @@ impl Core {
             }
         }
         self.txns_since_snapshot += 1;
-        if self.txns_since_snapshot >= self.cfg.server.snap_count && !self.tree.snapshot_in_progress() {
+        if self.txns_since_snapshot >= self.cfg.server.snap_count
+            && !self.tree.snapshot_in_progress()
+        {
             self.begin_snapshot();
         }
         Ok(())
@@ -1333,7 +1418,10 @@ impl Core {
             return;
         };
         let Some(Pending::Write { seq: s, .. }) = conn.queue.front() else {
-            tracing::error!(seq, "no pending write at the head of the connection's queue");
+            tracing::error!(
+                seq,
+                "no pending write at the head of the connection's queue"
+            );
             return;
         };
         if *s != seq {
@@ -1386,7 +1474,8 @@ impl Core {
     fn snapshot_step(&mut self) {
         if let Some((zxid, data)) = self.tree.snapshot_step(SNAPSHOT_STEP_NODES) {
             tracing::info!(%zxid, bytes = data.len(), "snapshot written; saving");
-            self.snapshot_saves.push(self.replicator.save_snapshot(zxid, data));
+            self.snapshot_saves
+                .push(self.replicator.save_snapshot(zxid, data));
             self.tree.collect_acl_garbage();
         }
     }
@@ -1448,7 +1537,9 @@ impl Core {
 
 fn op_abbrev(r: &ReplyAs) -> &'static str {
     match r {
-        ReplyAs::Op(OpCode::Create | OpCode::Create2 | OpCode::CreateContainer | OpCode::CreateTtl) => "CREA",
+        ReplyAs::Op(
+            OpCode::Create | OpCode::Create2 | OpCode::CreateContainer | OpCode::CreateTtl,
+        ) => "CREA",
         ReplyAs::Op(OpCode::Delete) => "DELE",
         ReplyAs::Op(OpCode::SetData) => "SETD",
         ReplyAs::Op(OpCode::SetAcl) => "SETA",
@@ -1462,9 +1553,18 @@ fn op_abbrev(r: &ReplyAs) -> &'static str {
 fn write_result(reply_as: &ReplyAs, applied: &Applied) -> Result<Response, ErrorCode> {
     match (reply_as, applied) {
         (_, Applied::Error(code)) => Err(*code),
-        (ReplyAs::Multi(_), Applied::MultiError { op_count, failed_index, code }) => Ok(
-            Response::Multi(MultiResponse::failed(*op_count as usize, *failed_index as usize, *code)),
-        ),
+        (
+            ReplyAs::Multi(_),
+            Applied::MultiError {
+                op_count,
+                failed_index,
+                code,
+            },
+        ) => Ok(Response::Multi(MultiResponse::failed(
+            *op_count as usize,
+            *failed_index as usize,
+            *code,
+        ))),
         (ReplyAs::Multi(ops), Applied::Multi(outcomes)) => Ok(Response::Multi(MultiResponse {
             results: ops
                 .iter()
@@ -1481,7 +1581,9 @@ fn write_result(reply_as: &ReplyAs, applied: &Applied) -> Result<Response, Error
 fn single_result(op: OpCode, o: &OpOutcome) -> Response {
     match o {
         OpOutcome::Created { path, stat } => match op {
-            OpCode::Create => Response::Create(CreateResponse { path: path.as_str().into() }),
+            OpCode::Create => Response::Create(CreateResponse {
+                path: path.as_str().into(),
+            }),
             _ => Response::Create2(Create2Response {
                 path: path.as_str().into(),
                 stat: *stat,
@@ -1501,7 +1603,9 @@ fn multi_result(op: OpCode, o: &OpOutcome) -> MultiResult {
                 path: path.as_str().into(),
                 stat: *stat,
             }),
-            _ => MultiResult::Create(CreateResponse { path: path.as_str().into() }),
+            _ => MultiResult::Create(CreateResponse {
+                path: path.as_str().into(),
+            }),
         },
         OpOutcome::Deleted => MultiResult::Delete,
         OpOutcome::SetData(stat) | OpOutcome::SetAcl(stat) => MultiResult::SetData(*stat),

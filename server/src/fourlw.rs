@@ -10,10 +10,7 @@ use crate::core::{format_sid, now_ms, Core};
 /// The version string rzk reports where ZooKeeper reports its own: the
 /// protocol version it speaks, then rzk's.
 pub(crate) fn version() -> String {
-    format!(
-        "3.8.0-rzk-{}, built on rzk",
-        env!("CARGO_PKG_VERSION")
-    )
+    format!("3.8.0-rzk-{}, built on rzk", env!("CARGO_PKG_VERSION"))
 }
 
 /// The text ZooKeeper prints when a word is not whitelisted.
@@ -107,11 +104,7 @@ impl Core {
                 s.sent
             );
             if detailed {
-                let avg = if s.replies == 0 {
-                    0
-                } else {
-                    s.total_latency_ms / s.replies
-                };
+                let avg = s.total_latency_ms.checked_div(s.replies).unwrap_or(0);
                 let lresp = s
                     .last_response
                     .map_or(0, |t| now_ms() - t.elapsed().as_millis() as i64);
@@ -170,22 +163,34 @@ impl Core {
                     ("znode_count", self.tree.node_count().to_string()),
                     ("global_sessions", self.sessions.len().to_string()),
                     ("non_mtls_remote_conn_count", "0".into()),
-                    ("last_client_response_size", self.stats.last_response_bytes.to_string()),
+                    (
+                        "last_client_response_size",
+                        self.stats.last_response_bytes.to_string(),
+                    ),
                     ("packets_sent", self.stats.packets_sent.to_string()),
                     ("packets_received", self.stats.packets_received.to_string()),
-                    ("max_client_response_size", self.stats.max_response_bytes.to_string()),
+                    (
+                        "max_client_response_size",
+                        self.stats.max_response_bytes.to_string(),
+                    ),
                     ("connection_drop_probability", "0.0".into()),
                     ("watch_count", self.watches.watch_count().to_string()),
                     ("auth_failed_count", self.stats.auth_failed.to_string()),
                     ("min_latency", self.stats.min_latency_ms.to_string()),
                     ("max_file_descriptor_count", max_fds().to_string()),
-                    ("approximate_data_size", self.tree.approximate_data_size().to_string()),
+                    (
+                        "approximate_data_size",
+                        self.tree.approximate_data_size().to_string(),
+                    ),
                     ("open_file_descriptor_count", open_fds().to_string()),
                     ("local_sessions", "0".into()),
                     ("uptime", self.started.elapsed().as_millis().to_string()),
                     ("max_latency", self.stats.max_latency_ms.to_string()),
                     ("outstanding_tls_handshake", "0".into()),
-                    ("min_client_response_size", self.stats.min_response_bytes.to_string()),
+                    (
+                        "min_client_response_size",
+                        self.stats.min_response_bytes.to_string(),
+                    ),
                     ("non_mtls_local_conn_count", "0".into()),
                 ];
                 for (k, v) in metrics {
@@ -204,7 +209,15 @@ impl Core {
                 let _ = writeln!(out, "minSessionTimeout={}", cfg.min_session_timeout_ms);
                 let _ = writeln!(out, "maxSessionTimeout={}", cfg.max_session_timeout_ms);
                 out.push_str("clientPortListenBacklog=-1\n");
-                let _ = writeln!(out, "serverId={}", if cfg.servers.is_empty() { 0 } else { self.cfg.server_id });
+                let _ = writeln!(
+                    out,
+                    "serverId={}",
+                    if cfg.servers.is_empty() {
+                        0
+                    } else {
+                        self.cfg.server_id
+                    }
+                );
             }
             FourLetterWord::Envi => {
                 out.push_str("Environment:\n");
@@ -214,7 +227,9 @@ impl Core {
                 out.push_str("java.version=none (rzk is written in Rust)\n");
                 let _ = writeln!(out, "os.name={}", std::env::consts::OS);
                 let _ = writeln!(out, "os.arch={}", std::env::consts::ARCH);
-                let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
+                let cwd = std::env::current_dir()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default();
                 let _ = writeln!(out, "user.dir={cwd}");
             }
             FourLetterWord::Wchs => {
@@ -252,7 +267,12 @@ impl Core {
             }
             FourLetterWord::Dump => {
                 out.push_str("SessionTracker dump:\n");
-                let _ = writeln!(out, "Session Sets ({})/({}):", self.sessions.len(), self.sessions.len());
+                let _ = writeln!(
+                    out,
+                    "Session Sets ({})/({}):",
+                    self.sessions.len(),
+                    self.sessions.len()
+                );
                 let mut ids: Vec<_> = self.sessions.iter().collect();
                 ids.sort_unstable_by_key(|(id, _)| **id);
                 let now = std::time::Instant::now();
@@ -273,7 +293,12 @@ impl Core {
                     }
                 }
                 out.push_str("Connections dump:\n");
-                let _ = writeln!(out, "Connections Sets ({})/({}):", self.conns.len(), self.conns.len());
+                let _ = writeln!(
+                    out,
+                    "Connections Sets ({})/({}):",
+                    self.conns.len(),
+                    self.conns.len()
+                );
                 for c in self.conns.values() {
                     let _ = writeln!(out, "\t{}", format_sid(c.session().unwrap_or(0)));
                 }

@@ -49,3 +49,8 @@ mod replay_tests;
 
 pub use crate::core::CoreError;
 pub use server::{open_standalone, run, serve, server_id, ServerError};
+
+/// The README's example is compiled as a doctest so that it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -263,9 +263,9 @@ impl Prep {
         write: Write<'_>,
     ) -> Result<TxnOp, ErrorCode> {
         match write {
-            Write::Create(op, r) => {
-                self.prep_create(tree, ov, caller, op, &r.path, &r.data, &r.acl, r.flags, None)
-            }
+            Write::Create(op, r) => self.prep_create(
+                tree, ov, caller, op, &r.path, &r.data, &r.acl, r.flags, None,
+            ),
             Write::CreateTtl(r) => self.prep_create(
                 tree,
                 ov,
@@ -320,9 +320,7 @@ impl Prep {
         }
         let parent_path = path::parent(p).ok_or(ErrorCode::BadArguments)?;
         let fixed = acl::fixup(acl_list, caller.auth)?;
-        let mut parent = self
-            .view(tree, ov, parent_path)
-            .ok_or(ErrorCode::NoNode)?;
+        let mut parent = self.view(tree, ov, parent_path).ok_or(ErrorCode::NoNode)?;
         acl::check(&parent.acl, caller.auth, Perms::CREATE)?;
         let final_path = if mode.is_sequential() {
             format!("{p}{:010}", parent.ccount)
@@ -386,9 +384,7 @@ impl Prep {
             return Err(ErrorCode::BadArguments);
         }
         let parent_path = path::parent(p).ok_or(ErrorCode::BadArguments)?;
-        let mut parent = self
-            .view(tree, ov, parent_path)
-            .ok_or(ErrorCode::NoNode)?;
+        let mut parent = self.view(tree, ov, parent_path).ok_or(ErrorCode::NoNode)?;
         acl::check(&parent.acl, caller.auth, Perms::DELETE)?;
         let node = self.view(tree, ov, p).ok_or(ErrorCode::NoNode)?;
         if version != -1 && version != node.version {

@@ -5,8 +5,8 @@
 use bytes::Bytes;
 use proptest::prelude::*;
 use rzk_wire::{
-    Acl, CheckVersionRequest, CreateRequest, DeleteRequest, ErrorCode, Id, MultiOp, OpCode,
-    Perms, SetAclRequest, SetDataRequest,
+    Acl, CheckVersionRequest, CreateRequest, DeleteRequest, ErrorCode, Id, MultiOp, OpCode, Perms,
+    SetAclRequest, SetDataRequest,
 };
 use rzk_zxid::Zxid;
 
@@ -34,7 +34,10 @@ enum Op {
 
 fn acl_of(b: u8) -> Vec<Acl> {
     if b % 5 == 0 {
-        vec![Acl { perms: Perms(Perms::ALL.0 & !Perms::DELETE.0), id: Id::anyone() }]
+        vec![Acl {
+            perms: Perms(Perms::ALL.0 & !Perms::DELETE.0),
+            id: Id::anyone(),
+        }]
     } else {
         Acl::open_unsafe()
     }
@@ -50,30 +53,62 @@ fn op_of(spec: Spec) -> Op {
     };
     let create = || CreateRequest {
         path: path.clone().into(),
-        data: if b % 3 == 0 { None } else { Some(Bytes::from(vec![b; (b % 7) as usize])) },
+        data: if b % 3 == 0 {
+            None
+        } else {
+            Some(Bytes::from(vec![b; (b % 7) as usize]))
+        },
         acl: acl_of(b),
         flags: i32::from(sel % 5),
     };
     match kind % 7 {
         0 | 1 => Op::Create(create()),
-        2 => Op::Delete(DeleteRequest { path: path.clone().into(), version }),
-        3 => Op::SetData(SetDataRequest { path: path.clone().into(), data: Some(Bytes::from(vec![b])), version }),
-        4 => Op::SetAcl(SetAclRequest { path: path.clone().into(), acl: acl_of(b.wrapping_add(1)), version }),
+        2 => Op::Delete(DeleteRequest {
+            path: path.clone().into(),
+            version,
+        }),
+        3 => Op::SetData(SetDataRequest {
+            path: path.clone().into(),
+            data: Some(Bytes::from(vec![b])),
+            version,
+        }),
+        4 => Op::SetAcl(SetAclRequest {
+            path: path.clone().into(),
+            acl: acl_of(b.wrapping_add(1)),
+            version,
+        }),
         5 => {
             let other = PATHS[(p as usize + 1) % PATHS.len()];
             Op::Multi(vec![
                 MultiOp::Create(create()),
-                MultiOp::SetData(SetDataRequest { path: other.into(), data: None, version: -1 }),
-                MultiOp::Check(CheckVersionRequest { path: path.clone().into(), version }),
+                MultiOp::SetData(SetDataRequest {
+                    path: other.into(),
+                    data: None,
+                    version: -1,
+                }),
+                MultiOp::Check(CheckVersionRequest {
+                    path: path.clone().into(),
+                    version,
+                }),
             ])
         }
         _ => Op::Close(SESSIONS[b as usize % 2]),
     }
 }
 
-fn prep_one(prep: &mut Prep, tree: &DataTree, seq: u64, session: i64, op: &Op) -> (TxnBody, Vec<String>) {
+fn prep_one(
+    prep: &mut Prep,
+    tree: &DataTree,
+    seq: u64,
+    session: i64,
+    op: &Op,
+) -> (TxnBody, Vec<String>) {
     let auth = AuthInfo::for_peer("127.0.0.1".parse().unwrap());
-    let caller = Caller { session, auth: &auth, session_valid: true };
+    let caller = Caller {
+        session,
+        auth: &auth,
+        session_valid: true,
+    };
     let p = match op {
         Op::Create(r) => prep.prep(tree, seq, caller, Write::Create(OpCode::Create, r)),
         Op::Delete(r) => prep.prep(tree, seq, caller, Write::Delete(r)),
@@ -86,7 +121,14 @@ fn prep_one(prep: &mut Prep, tree: &DataTree, seq: u64, session: i64, op: &Op) -
 }
 
 fn txn(session: i64, i: usize, body: TxnBody) -> Txn {
-    Txn { header: TxnHeader { session, cxid: i as i32, time_ms: 1_000 + i as i64 }, body }
+    Txn {
+        header: TxnHeader {
+            session,
+            cxid: i as i32,
+            time_ms: 1_000 + i as i64,
+        },
+        body,
+    }
 }
 
 fn session_of(op: &Op, i: usize) -> i64 {
@@ -96,11 +138,14 @@ fn session_of(op: &Op, i: usize) -> i64 {
     }
 }
 
+/// The log, the tree and the snapshot of a run.
+type Run = (Vec<(Zxid, Bytes)>, DataTree, Option<(Zxid, Bytes)>);
+
 /// Runs `ops` preparing `batch` at a time before applying them (so later
 /// ones are prepped against outstanding changes); snapshots at `snap_at`
 /// with a few nodes written per txn. Returns the log, the tree and the
 /// snapshot.
-fn run_batched(ops: &[Op], batch: usize, snap_at: usize) -> (Vec<(Zxid, Bytes)>, DataTree, Option<(Zxid, Bytes)>) {
+fn run_batched(ops: &[Op], batch: usize, snap_at: usize) -> Run {
     let mut tree = DataTree::new();
     let mut prep = Prep::new(true);
     let mut log = Vec::new();
@@ -136,7 +181,11 @@ fn run_batched(ops: &[Op], batch: usize, snap_at: usize) -> (Vec<(Zxid, Bytes)>,
     if tree.snapshot_in_progress() {
         snapshot = tree.snapshot_step(usize::MAX);
     }
-    assert_eq!(prep.outstanding_len(), 0, "every outstanding change is cleared once applied");
+    assert_eq!(
+        prep.outstanding_len(),
+        0,
+        "every outstanding change is cleared once applied"
+    );
     (log, tree, snapshot)
 }
 
@@ -191,32 +240,115 @@ fn prep_sees_outstanding_creates_deletes_and_versions() {
     let tree = DataTree::new();
     let mut prep = Prep::new(false);
     let auth = AuthInfo::for_peer("127.0.0.1".parse().unwrap());
-    let caller = Caller { session: 7, auth: &auth, session_valid: true };
-    let mk = |p: &str, flags| CreateRequest { path: p.into(), data: None, acl: Acl::open_unsafe(), flags };
-    let c1 = prep.prep(&tree, 1, caller, Write::Create(OpCode::Create, &mk("/p", 0)));
+    let caller = Caller {
+        session: 7,
+        auth: &auth,
+        session_valid: true,
+    };
+    let mk = |p: &str, flags| CreateRequest {
+        path: p.into(),
+        data: None,
+        acl: Acl::open_unsafe(),
+        flags,
+    };
+    let c1 = prep.prep(
+        &tree,
+        1,
+        caller,
+        Write::Create(OpCode::Create, &mk("/p", 0)),
+    );
     assert!(matches!(c1.body, TxnBody::Op(_)));
     // Not applied yet: a second create of /p already fails, a child can be made.
-    let c2 = prep.prep(&tree, 2, caller, Write::Create(OpCode::Create, &mk("/p", 0)));
+    let c2 = prep.prep(
+        &tree,
+        2,
+        caller,
+        Write::Create(OpCode::Create, &mk("/p", 0)),
+    );
     assert_eq!(c2.body, TxnBody::Error(ErrorCode::NodeExists));
-    let s1 = prep.prep(&tree, 3, caller, Write::Create(OpCode::Create, &mk("/p/s-", 2)));
-    let s2 = prep.prep(&tree, 4, caller, Write::Create(OpCode::Create, &mk("/p/s-", 2)));
+    let s1 = prep.prep(
+        &tree,
+        3,
+        caller,
+        Write::Create(OpCode::Create, &mk("/p/s-", 2)),
+    );
+    let s2 = prep.prep(
+        &tree,
+        4,
+        caller,
+        Write::Create(OpCode::Create, &mk("/p/s-", 2)),
+    );
     let name = |b: &TxnBody| match b {
         TxnBody::Op(crate::txn::TxnOp::Create { path, .. }) => path.clone(),
         other => panic!("{other:?}"),
     };
-    assert_eq!((name(&s1.body), name(&s2.body)), ("/p/s-0000000000".into(), "/p/s-0000000001".into()));
-    let set = SetDataRequest { path: "/p".into(), data: None, version: 0 };
-    assert!(matches!(prep.prep(&tree, 5, caller, Write::SetData(&set)).body, TxnBody::Op(_)));
-    assert_eq!(prep.prep(&tree, 6, caller, Write::SetData(&set)).body, TxnBody::Error(ErrorCode::BadVersion), "version 1 is outstanding");
-    let del = DeleteRequest { path: "/p".into(), version: -1 };
-    assert_eq!(prep.prep(&tree, 7, caller, Write::Delete(&del)).body, TxnBody::Error(ErrorCode::NotEmpty));
-    let eph = prep.prep(&tree, 8, caller, Write::Create(OpCode::Create, &mk("/e", 1)));
+    assert_eq!(
+        (name(&s1.body), name(&s2.body)),
+        ("/p/s-0000000000".into(), "/p/s-0000000001".into())
+    );
+    let set = SetDataRequest {
+        path: "/p".into(),
+        data: None,
+        version: 0,
+    };
+    assert!(matches!(
+        prep.prep(&tree, 5, caller, Write::SetData(&set)).body,
+        TxnBody::Op(_)
+    ));
+    assert_eq!(
+        prep.prep(&tree, 6, caller, Write::SetData(&set)).body,
+        TxnBody::Error(ErrorCode::BadVersion),
+        "version 1 is outstanding"
+    );
+    let del = DeleteRequest {
+        path: "/p".into(),
+        version: -1,
+    };
+    assert_eq!(
+        prep.prep(&tree, 7, caller, Write::Delete(&del)).body,
+        TxnBody::Error(ErrorCode::NotEmpty)
+    );
+    let eph = prep.prep(
+        &tree,
+        8,
+        caller,
+        Write::Create(OpCode::Create, &mk("/e", 1)),
+    );
     assert!(matches!(eph.body, TxnBody::Op(_)));
-    let under = prep.prep(&tree, 9, caller, Write::Create(OpCode::Create, &mk("/e/c", 0)));
-    assert_eq!(under.body, TxnBody::Error(ErrorCode::NoChildrenForEphemerals));
+    let under = prep.prep(
+        &tree,
+        9,
+        caller,
+        Write::Create(OpCode::Create, &mk("/e/c", 0)),
+    );
+    assert_eq!(
+        under.body,
+        TxnBody::Error(ErrorCode::NoChildrenForEphemerals)
+    );
     let _ = prep.prep_close_session(&tree, 10, 7);
-    let again = prep.prep(&tree, 11, caller, Write::Create(OpCode::Create, &mk("/e", 0)));
-    assert!(matches!(again.body, TxnBody::Op(_)), "the close made /e free: {:?}", again.body);
-    let expired = Caller { session_valid: false, ..caller };
-    assert_eq!(prep.prep(&tree, 12, expired, Write::Create(OpCode::Create, &mk("/z", 0))).body, TxnBody::Error(ErrorCode::SessionExpired));
+    let again = prep.prep(
+        &tree,
+        11,
+        caller,
+        Write::Create(OpCode::Create, &mk("/e", 0)),
+    );
+    assert!(
+        matches!(again.body, TxnBody::Op(_)),
+        "the close made /e free: {:?}",
+        again.body
+    );
+    let expired = Caller {
+        session_valid: false,
+        ..caller
+    };
+    assert_eq!(
+        prep.prep(
+            &tree,
+            12,
+            expired,
+            Write::Create(OpCode::Create, &mk("/z", 0))
+        )
+        .body,
+        TxnBody::Error(ErrorCode::SessionExpired)
+    );
 }

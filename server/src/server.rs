@@ -9,9 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rzk_quorum::{
-    PeerId, QuorumOfOne, Replicator, StandaloneError, StandaloneOptions, WalOptions,
-};
+use rzk_quorum::{PeerId, QuorumOfOne, Replicator, StandaloneError, StandaloneOptions, WalOptions};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
@@ -68,8 +66,10 @@ pub async fn open_standalone(config: &ServerConfig) -> Result<Arc<QuorumOfOne>, 
     // `data` does not have: hand it absolute paths.
     let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
     let data_dir = absolute(&config.data_dir);
-    let mut wal = WalOptions::default();
-    wal.snap_retain_count = config.snap_retain_count as usize;
+    let mut wal = WalOptions {
+        snap_retain_count: config.snap_retain_count as usize,
+        ..WalOptions::default()
+    };
     wal.log.unsafe_no_fsync = config.unsafe_no_fsync;
     if config.data_log_dir != config.data_dir {
         wal.log_dir = Some(absolute(&config.data_log_dir));
@@ -118,7 +118,9 @@ pub async fn run(
     let mut core_task = tokio::spawn(core.run(core_rx));
     let ctx = Arc::new(ConnCtx {
         core: core_tx.clone(),
-        global: Arc::new(Semaphore::new(config.global_outstanding_limit.max(1) as usize)),
+        global: Arc::new(Semaphore::new(
+            config.global_outstanding_limit.max(1) as usize
+        )),
         outstanding_max: config.connection_outstanding_max as usize,
         outgoing_bytes_max: config.connection_outgoing_bytes_max as usize,
         frame_bytes_max: config.jute_max_buffer as usize,
@@ -205,6 +207,8 @@ pub async fn run(
     conns.abort_all();
     match core_result {
         Ok(r) => r.map_err(ServerError::from),
-        Err(e) => Err(ServerError::Core(CoreError::Commits(format!("core task failed: {e}")))),
+        Err(e) => Err(ServerError::Core(CoreError::Commits(format!(
+            "core task failed: {e}"
+        )))),
     }
 }

@@ -79,6 +79,7 @@ pub struct Node {
     /// The snapshot generation that has written this node already.
     snap_gen: u32,
     /// Children by name; `None` for a leaf (8 bytes instead of an empty map).
+    #[allow(clippy::box_collection)]
     children: Option<Box<HashMap<Box<str>, u32>>>,
 }
 
@@ -363,7 +364,10 @@ impl DataTree {
         let mut count = 0i64;
         let mut stack = vec![idx];
         while let Some(i) = stack.pop() {
-            if let Some(children) = self.nodes[i as usize].as_ref().and_then(|n| n.children.as_ref()) {
+            if let Some(children) = self.nodes[i as usize]
+                .as_ref()
+                .and_then(|n| n.children.as_ref())
+            {
                 count += children.len() as i64;
                 stack.extend(children.values().copied());
             }
@@ -394,7 +398,11 @@ impl DataTree {
         let parent_path = path::parent(p).ok_or(ErrorCode::BadArguments)?;
         let parent = self.lookup(parent_path).ok_or(ErrorCode::NoNode)?;
         let name = path::name(p);
-        if self.nodes[parent as usize].as_ref().and_then(|n| n.child(name)).is_some() {
+        if self.nodes[parent as usize]
+            .as_ref()
+            .and_then(|n| n.child(name))
+            .is_some()
+        {
             return Err(ErrorCode::NodeExists);
         }
         self.cow(parent, parent_path);
@@ -425,7 +433,10 @@ impl DataTree {
             .as_ref()
             .and_then(|n| n.child(name))
             .ok_or(ErrorCode::NoNode)?;
-        if self.nodes[idx as usize].as_ref().is_some_and(|n| n.num_children() > 0) {
+        if self.nodes[idx as usize]
+            .as_ref()
+            .is_some_and(|n| n.num_children() > 0)
+        {
             return Err(ErrorCode::NotEmpty);
         }
         self.cow(idx, p);
@@ -438,7 +449,9 @@ impl DataTree {
             }
         }
         pn.pzxid = zxid;
-        let node = self.nodes[idx as usize].take().expect("child index is live");
+        let node = self.nodes[idx as usize]
+            .take()
+            .expect("child index is live");
         self.free.push(idx);
         self.unindex_owner(p, node.owner);
         self.data_bytes = self
@@ -656,7 +669,9 @@ impl DataTree {
         for level in by_depth {
             for (p, node) in level {
                 if tree.insert_raw(&p, node).is_none() {
-                    return Err(TxnError(format!("snapshot node {p} has no parent or is repeated")));
+                    return Err(TxnError(format!(
+                        "snapshot node {p} has no parent or is repeated"
+                    )));
                 }
             }
         }
@@ -740,9 +755,13 @@ mod tests {
         t.create("/p/a", None, &open(), 0, 2, 11).unwrap();
         t.delete("/p/a", 3).unwrap();
         let p = t.get("/p").unwrap();
-        assert_eq!((p.stat().cversion, p.ccount, p.stat().pzxid.as_u64()), (2, 1, 3));
+        assert_eq!(
+            (p.stat().cversion, p.ccount, p.stat().pzxid.as_u64()),
+            (2, 1, 3)
+        );
         for (i, z) in (4..8).enumerate() {
-            t.create(&format!("/p/c{i}"), None, &open(), 0, z, 12).unwrap();
+            t.create(&format!("/p/c{i}"), None, &open(), 0, z, 12)
+                .unwrap();
         }
         t.delete("/p/c0", 8).unwrap();
         // 5 creates + 2 deletes
@@ -753,9 +772,15 @@ mod tests {
     #[test]
     fn stat_changes_only_where_zookeeper_changes_it() {
         let mut t = DataTree::new();
-        t.create("/n", Some(Bytes::from_static(b"hi")), &open(), 0, 5, 100).unwrap();
-        let s = t.set_data("/n", Some(Bytes::from_static(b"ho!")), 6, 200).unwrap();
-        assert_eq!((s.version, s.mzxid.as_u64(), s.mtime, s.data_length), (1, 6, 200, 3));
+        t.create("/n", Some(Bytes::from_static(b"hi")), &open(), 0, 5, 100)
+            .unwrap();
+        let s = t
+            .set_data("/n", Some(Bytes::from_static(b"ho!")), 6, 200)
+            .unwrap();
+        assert_eq!(
+            (s.version, s.mzxid.as_u64(), s.mtime, s.data_length),
+            (1, 6, 200, 3)
+        );
         assert_eq!((s.czxid.as_u64(), s.ctime, s.pzxid.as_u64()), (5, 100, 5));
         let a = t.set_acl("/n", &Acl::read_unsafe()).unwrap();
         assert_eq!((a.aversion, a.version, a.mzxid.as_u64()), (1, 1, 6));
@@ -770,8 +795,10 @@ mod tests {
     fn owners_are_indexed_and_reported() {
         let mut t = DataTree::new();
         t.create("/e", None, &open(), 0x42, 1, 1).unwrap();
-        t.create("/c", None, &open(), CONTAINER_OWNER, 2, 1).unwrap();
-        t.create("/t", None, &open(), ttl_owner(5000), 3, 1).unwrap();
+        t.create("/c", None, &open(), CONTAINER_OWNER, 2, 1)
+            .unwrap();
+        t.create("/t", None, &open(), ttl_owner(5000), 3, 1)
+            .unwrap();
         assert_eq!(t.get("/e").unwrap().stat().ephemeral_owner, SessionId(0x42));
         assert_eq!(t.get("/c").unwrap().stat().ephemeral_owner, SessionId(0));
         assert_eq!(t.get("/t").unwrap().stat().ephemeral_owner, SessionId(0));
@@ -789,17 +816,26 @@ mod tests {
         t.create("/a", None, &open(), 0, 1, 1).unwrap();
         t.create("/a/b", None, &open(), 0, 2, 1).unwrap();
         assert_eq!(t.delete("/a", 3).unwrap_err(), ErrorCode::NotEmpty);
-        assert_eq!(t.create("/a/b", None, &open(), 0, 3, 1).unwrap_err(), ErrorCode::NodeExists);
-        assert_eq!(t.create("/x/y", None, &open(), 0, 3, 1).unwrap_err(), ErrorCode::NoNode);
+        assert_eq!(
+            t.create("/a/b", None, &open(), 0, 3, 1).unwrap_err(),
+            ErrorCode::NodeExists
+        );
+        assert_eq!(
+            t.create("/x/y", None, &open(), 0, 3, 1).unwrap_err(),
+            ErrorCode::NoNode
+        );
         assert_eq!(t.descendant_count(t.lookup("/").unwrap()), 5);
     }
 
     #[test]
     fn snapshot_round_trip() {
         let mut t = DataTree::new();
-        t.create("/a", Some(Bytes::from_static(b"1")), &open(), 0, 1, 1).unwrap();
-        t.create("/a/b", Some(Bytes::new()), &Acl::read_unsafe(), 0x77, 2, 2).unwrap();
-        t.create("/a/c", None, &open(), CONTAINER_OWNER, 3, 3).unwrap();
+        t.create("/a", Some(Bytes::from_static(b"1")), &open(), 0, 1, 1)
+            .unwrap();
+        t.create("/a/b", Some(Bytes::new()), &Acl::read_unsafe(), 0x77, 2, 2)
+            .unwrap();
+        t.create("/a/c", None, &open(), CONTAINER_OWNER, 3, 3)
+            .unwrap();
         t.delete("/a/c", 4).unwrap();
         let sessions = vec![SessionRecord {
             id: 0x77,
@@ -821,13 +857,21 @@ mod tests {
     fn snapshot_is_consistent_at_its_zxid_while_writes_go_on() {
         let mut t = DataTree::new();
         for i in 0..50u64 {
-            t.create(&format!("/n{i}"), Some(Bytes::from(vec![i as u8])), &open(), 0, i + 1, 1)
-                .unwrap();
+            t.create(
+                &format!("/n{i}"),
+                Some(Bytes::from(vec![i as u8])),
+                &open(),
+                0,
+                i + 1,
+                1,
+            )
+            .unwrap();
         }
         let expected = t.dump();
         assert!(t.begin_snapshot(Zxid::from_u64(50), &[]));
         let mut zxid = 51;
         let mut done = None;
+        #[allow(clippy::explicit_counter_loop)]
         for round in 0..1000u64 {
             // change things the snapshot may or may not have written yet
             let i = round % 50;
@@ -841,7 +885,8 @@ mod tests {
             } else {
                 t.create(&p, None, &open(), 0, zxid, 2).unwrap();
             }
-            t.create(&format!("/new{round}"), None, &open(), 0, zxid, 2).unwrap();
+            t.create(&format!("/new{round}"), None, &open(), 0, zxid, 2)
+                .unwrap();
             zxid += 1;
             if let Some(s) = t.snapshot_step(2) {
                 done = Some(s);

@@ -188,7 +188,7 @@ impl Txn {
         let body = match kind {
             1 => {
                 let timeout_ms = get_i32(&mut r)?;
-                need(&r, 16)?;
+                need(r, 16)?;
                 let mut password = [0u8; 16];
                 r.copy_to_slice(&mut password);
                 TxnBody::CreateSession {
@@ -311,7 +311,10 @@ pub(crate) fn put_acl(b: &mut BytesMut, acl: &[Acl]) {
 
 fn need(r: &[u8], n: usize) -> Result<(), TxnError> {
     if r.len() < n {
-        return Err(TxnError(format!("truncated: {n} bytes needed, {} left", r.len())));
+        return Err(TxnError(format!(
+            "truncated: {n} bytes needed, {} left",
+            r.len()
+        )));
     }
     Ok(())
 }

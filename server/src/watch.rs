@@ -374,7 +374,11 @@ mod tests {
         w.add(1, "/x", WatchKind::Persistent);
         w.add(1, "/x", WatchKind::Data);
         assert_eq!(w.trigger_node("/x", false), vec![1]);
-        assert_eq!(w.trigger_node("/x", false), vec![1], "the persistent watch stays");
+        assert_eq!(
+            w.trigger_node("/x", false),
+            vec![1],
+            "the persistent watch stays"
+        );
     }
 
     #[test]
@@ -383,7 +387,10 @@ mod tests {
         w.add(1, "/a", WatchKind::Data);
         w.add(1, "/a", WatchKind::Child);
         assert!(w.has(1, "/a", WatcherType::Data));
-        assert!(!w.has(2, "/a", WatcherType::Data), "only this connection's watches");
+        assert!(
+            !w.has(2, "/a", WatcherType::Data),
+            "only this connection's watches"
+        );
         assert!(w.remove(1, "/a", WatcherType::Data));
         assert!(!w.has(1, "/a", WatcherType::Data));
         assert!(w.has(1, "/a", WatcherType::Children));

@@ -10,8 +10,15 @@ use std::time::Duration;
 use common::*;
 use zookeeper_client as zk;
 
+/// Writes the server acknowledged: (path, data).
+type Acked = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 struct Rzk {
@@ -33,7 +40,9 @@ impl Rzk {
         let child = Command::new(env!("CARGO_BIN_EXE_rzk"))
             .arg(&cfg)
             .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(dir.join("rzk.log")).unwrap()))
+            .stderr(Stdio::from(
+                std::fs::File::create(dir.join("rzk.log")).unwrap(),
+            ))
             .spawn()
             .unwrap();
         Rzk { child, port }
@@ -74,7 +83,11 @@ impl Drop for Rzk {
 }
 
 async fn connect(addr: &str, timeout: Duration) -> zk::Client {
-    zk::Client::connector().with_session_timeout(timeout).connect(addr).await.unwrap()
+    zk::Client::connector()
+        .with_session_timeout(timeout)
+        .connect(addr)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -89,8 +102,15 @@ async fn kill_9_under_load_loses_no_acknowledged_write() {
     setup.create("/load", b"", &opts).await.unwrap();
     // A session with an ephemeral that will not come back after the crash.
     let doomed = connect(&addr, Duration::from_millis(800)).await;
-    doomed.create("/load-eph", b"", &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all())).await.unwrap();
-    let acked: Arc<Mutex<Vec<(String, Vec<u8>)>>> = Arc::default();
+    doomed
+        .create(
+            "/load-eph",
+            b"",
+            &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let acked: Acked = Arc::default();
     let mut writers = Vec::new();
     for w in 0..4 {
         let addr = addr.clone();
@@ -101,7 +121,10 @@ async fn kill_9_under_load_loses_no_acknowledged_write() {
             for i in 0u32.. {
                 let data = format!("w{w}-{i}").into_bytes();
                 match c.create(&format!("/load/w{w}-"), &data, &opts).await {
-                    Ok((_, seq)) => acked.lock().unwrap().push((format!("/load/w{w}-{seq}"), data)),
+                    Ok((_, seq)) => acked
+                        .lock()
+                        .unwrap()
+                        .push((format!("/load/w{w}-{seq}"), data)),
                     Err(_) => return,
                 }
             }
@@ -124,13 +147,18 @@ async fn kill_9_under_load_loses_no_acknowledged_write() {
     server.wait_ready().await;
     let c = connect(&server.addr(), Duration::from_secs(10)).await;
     for (path, data) in &acked {
-        let (got, _) = c.get_data(path).await.unwrap_or_else(|e| panic!("{path} lost: {e}"));
+        let (got, _) = c
+            .get_data(path)
+            .await
+            .unwrap_or_else(|e| panic!("{path} lost: {e}"));
         assert_eq!(&got, data, "{path}");
     }
     // The crashed session's timer restarted at load; nobody resumes it.
-    eventually(Duration::from_secs(10), "the dead session's ephemeral is deleted", || async {
-        c.check_stat("/load-eph").await.unwrap().is_none()
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the dead session's ephemeral is deleted",
+        || async { c.check_stat("/load-eph").await.unwrap().is_none() },
+    )
     .await;
     let snaps = walk(&dir.path().join("data").join("snap")).len();
     assert!(snaps > 0, "snapshots were taken every 200 txns");
@@ -157,7 +185,10 @@ async fn sigterm_stops_gracefully() {
     let c = connect(&server.addr(), Duration::from_secs(10)).await;
     let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
     c.create("/before-term", b"x", &opts).await.unwrap();
-    let status = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let mut exited = None;
     for _ in 0..200 {
@@ -177,10 +208,23 @@ async fn four_letter_words_and_whitelist() {
     server.wait_ready().await;
     let addr = server.addr().parse().unwrap();
     let srvr = four_letter(addr, "srvr").await;
-    for label in ["Zookeeper version: ", "Latency min/avg/max: ", "Received: ", "Sent: ", "Connections: ", "Outstanding: ", "Zxid: 0x", "Mode: standalone", "Node count: 4"] {
+    for label in [
+        "Zookeeper version: ",
+        "Latency min/avg/max: ",
+        "Received: ",
+        "Sent: ",
+        "Connections: ",
+        "Outstanding: ",
+        "Zxid: 0x",
+        "Mode: standalone",
+        "Node count: 4",
+    ] {
         assert!(srvr.contains(label), "{srvr}");
     }
-    assert_eq!(four_letter(addr, "mntr").await, "mntr is not executed because it is not in the whitelist.");
+    assert_eq!(
+        four_letter(addr, "mntr").await,
+        "mntr is not executed because it is not in the whitelist."
+    );
     drop(server);
     let dir = tempfile::tempdir().unwrap();
     let server = Rzk::spawn(dir.path(), free_port(), "4lw.commands.whitelist=*\n");
@@ -194,22 +238,51 @@ async fn four_letter_words_and_whitelist() {
     for line in mntr.lines() {
         assert!(line.starts_with("zk_") && line.contains('\t'), "{line:?}");
     }
-    for key in ["zk_version\t", "zk_server_state\tstandalone", "zk_znode_count\t4", "zk_watch_count\t1", "zk_num_alive_connections\t1", "zk_avg_latency\t", "zk_packets_received\t", "zk_outstanding_requests\t", "zk_ephemerals_count\t0", "zk_approximate_data_size\t"] {
+    for key in [
+        "zk_version\t",
+        "zk_server_state\tstandalone",
+        "zk_znode_count\t4",
+        "zk_watch_count\t1",
+        "zk_num_alive_connections\t1",
+        "zk_avg_latency\t",
+        "zk_packets_received\t",
+        "zk_outstanding_requests\t",
+        "zk_ephemerals_count\t0",
+        "zk_approximate_data_size\t",
+    ] {
         assert!(mntr.contains(key), "{key}: {mntr}");
     }
-    assert_eq!(four_letter(addr, "wchs").await, "1 connections watching 1 paths\nTotal watches:1\n");
+    assert_eq!(
+        four_letter(addr, "wchs").await,
+        "1 connections watching 1 paths\nTotal watches:1\n"
+    );
     let sid = format!("0x{:x}", c.session_id().0);
-    assert_eq!(four_letter(addr, "wchc").await, format!("{sid}\n\t/zookeeper\n\n"));
-    assert_eq!(four_letter(addr, "wchp").await, format!("/zookeeper\n\t{sid}\n\n"));
+    assert_eq!(
+        four_letter(addr, "wchc").await,
+        format!("{sid}\n\t/zookeeper\n\n")
+    );
+    assert_eq!(
+        four_letter(addr, "wchp").await,
+        format!("/zookeeper\n\t{sid}\n\n")
+    );
     let conf = four_letter(addr, "conf").await;
-    assert!(conf.contains(&format!("clientPort={}\n", server.port)) && conf.contains("tickTime=200\n"), "{conf}");
+    assert!(
+        conf.contains(&format!("clientPort={}\n", server.port)) && conf.contains("tickTime=200\n"),
+        "{conf}"
+    );
     let cons = four_letter(addr, "cons").await;
     assert!(cons.contains(&format!("sid={sid}")), "{cons}");
     let stat = four_letter(addr, "stat").await;
     assert!(stat.contains("Clients:\n /127.0.0.1:"), "{stat}");
-    assert!(four_letter(addr, "dump").await.starts_with("SessionTracker dump:\n"));
-    assert!(four_letter(addr, "envi").await.starts_with("Environment:\n"));
-    assert!(four_letter(addr, "dirs").await.starts_with("datadir_size: "));
+    assert!(four_letter(addr, "dump")
+        .await
+        .starts_with("SessionTracker dump:\n"));
+    assert!(four_letter(addr, "envi")
+        .await
+        .starts_with("Environment:\n"));
+    assert!(four_letter(addr, "dirs")
+        .await
+        .starts_with("datadir_size: "));
     assert_eq!(four_letter(addr, "crst").await, "Connection stats reset.\n");
     assert_eq!(four_letter(addr, "srst").await, "Server stats reset.\n");
 }
@@ -219,13 +292,22 @@ fn invalid_config_exits_2_with_a_clear_message_and_unknown_keys_warn() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("zoo.cfg");
     std::fs::write(&cfg, "tickTime=soon\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rzk")).arg(&cfg).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rzk"))
+        .arg(&cfg)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("tickTime") && err.contains("line 1"), "{err}");
-    let out = Command::new(env!("CARGO_BIN_EXE_rzk")).args(["--set", "maxClientCnxns=-3"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rzk"))
+        .args(["--set", "maxClientCnxns=-3"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let out = Command::new(env!("CARGO_BIN_EXE_rzk")).args(["--set", "novalue"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rzk"))
+        .args(["--set", "novalue"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
 
@@ -234,18 +316,34 @@ async fn no_file_serves_with_data_in_dot_data_and_flags_override() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_rzk"))
-        .args(["--client-port", &port.to_string(), "--tick-time", "300", "--set", "fancy.unknown=1"])
+        .args([
+            "--client-port",
+            &port.to_string(),
+            "--tick-time",
+            "300",
+            "--set",
+            "fancy.unknown=1",
+        ])
         .current_dir(dir.path())
         .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(dir.path().join("log")).unwrap()))
+        .stderr(Stdio::from(
+            std::fs::File::create(dir.path().join("log")).unwrap(),
+        ))
         .spawn()
         .unwrap();
     let server = Rzk { child, port };
     server.wait_ready().await;
     assert!(dir.path().join("data").is_dir(), "data in ./data");
     let c = connect(&server.addr(), Duration::from_secs(100)).await;
-    assert_eq!(c.session_timeout(), Duration::from_millis(6000), "max = 20 ticks of 300 ms");
+    assert_eq!(
+        c.session_timeout(),
+        Duration::from_millis(6000),
+        "max = 20 ticks of 300 ms"
+    );
     drop(server);
     let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
-    assert!(log.contains("fancy.unknown"), "unknown keys are a warning: {log}");
+    assert!(
+        log.contains("fancy.unknown"),
+        "unknown keys are a warning: {log}"
+    );
 }

@@ -29,7 +29,9 @@ async fn a_frame_over_jute_maxbuffer_closes_that_connection_only() {
     req.session_id = resp.session_id;
     req.passwd = resp.passwd;
     let mut again = Raw::open(server.addr, req).await;
-    let Some(Incoming::Connect(ok)) = again.recv().await else { panic!() };
+    let Some(Incoming::Connect(ok)) = again.recv().await else {
+        panic!()
+    };
     assert_eq!(ok.session_id, resp.session_id);
     // A frame of exactly the limit is accepted.
     let ok_frame = create_req("/big", &vec![7u8; 4096 - 100], 0);
@@ -44,15 +46,22 @@ async fn max_client_cnxns_per_ip() {
     let (mut a, _) = Raw::connect(server.addr, 4000).await;
     let (_b, _) = Raw::connect(server.addr, 4000).await;
     let mut c = Raw::open(server.addr, Raw::new_session(4000)).await;
-    assert!(c.closed().await, "the third connection from 127.0.0.1 is closed");
+    assert!(
+        c.closed().await,
+        "the third connection from 127.0.0.1 is closed"
+    );
     assert!(a.call(Request::Ping).await.result.is_ok());
     drop(a);
     // A slot frees up once a connection ends.
     let srv = &server;
-    eventually(Duration::from_secs(10), "a new connection is accepted", || async move {
-        let mut d = Raw::open(srv.addr, Raw::new_session(4000)).await;
-        matches!(d.recv().await, Some(Incoming::Connect(_)))
-    })
+    eventually(
+        Duration::from_secs(10),
+        "a new connection is accepted",
+        || async move {
+            let mut d = Raw::open(srv.addr, Raw::new_session(4000)).await;
+            matches!(d.recv().await, Some(Incoming::Connect(_)))
+        },
+    )
     .await;
     server.stop().await.unwrap();
 }
@@ -63,19 +72,43 @@ async fn outstanding_limits_apply_backpressure_without_losing_order() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(
         dir.path(),
-        &[("rzk.connection.outstandingMax", "1"), ("globalOutstandingLimit", "2")],
+        &[
+            ("rzk.connection.outstandingMax", "1"),
+            ("globalOutstandingLimit", "2"),
+        ],
     )
     .await;
     let (mut raw, _) = Raw::connect(server.addr, 4000).await;
     // 300 requests pipelined: with one slot per connection the server reads
     // one request at a time; every reply still comes, in order.
     for i in 0..150 {
-        raw.framed.feed(rzk_wire::RequestFrame { xid: rzk_wire::Xid(2 * i + 1), request: create_req(&format!("/n{i}"), b"", 0) }).await.unwrap();
-        raw.framed.feed(rzk_wire::RequestFrame { xid: rzk_wire::Xid(2 * i + 2), request: Request::Exists(rzk_wire::ExistsRequest { path: format!("/n{i}").into(), watch: false }) }).await.unwrap();
+        raw.framed
+            .feed(rzk_wire::RequestFrame {
+                xid: rzk_wire::Xid(2 * i + 1),
+                request: create_req(&format!("/n{i}"), b"", 0),
+            })
+            .await
+            .unwrap();
+        raw.framed
+            .feed(rzk_wire::RequestFrame {
+                xid: rzk_wire::Xid(2 * i + 2),
+                request: Request::Exists(rzk_wire::ExistsRequest {
+                    path: format!("/n{i}").into(),
+                    watch: false,
+                }),
+            })
+            .await
+            .unwrap();
     }
-    SinkExt::<rzk_wire::RequestFrame>::flush(&mut raw.framed).await.unwrap();
+    SinkExt::<rzk_wire::RequestFrame>::flush(&mut raw.framed)
+        .await
+        .unwrap();
     for i in 0..300 {
-        let op = if i % 2 == 0 { OpCode::Create } else { OpCode::Exists };
+        let op = if i % 2 == 0 {
+            OpCode::Create
+        } else {
+            OpCode::Exists
+        };
         let r = raw.reply(op).await;
         assert_eq!(r.xid, rzk_wire::Xid(i + 1));
         assert!(r.result.is_ok(), "{r:?}");
@@ -86,15 +119,26 @@ async fn outstanding_limits_apply_backpressure_without_losing_order() {
 #[tokio::test]
 async fn a_client_that_does_not_read_is_disconnected() {
     let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), &[("rzk.connection.outgoingBytesMax", "200000")]).await;
+    let server =
+        TestServer::start(dir.path(), &[("rzk.connection.outgoingBytesMax", "200000")]).await;
     let (mut raw, _) = Raw::connect(server.addr, 30000).await;
-    assert!(raw.call(create_req("/big", &vec![1u8; 100_000], 0)).await.result.is_ok());
+    assert!(raw
+        .call(create_req("/big", &vec![1u8; 100_000], 0))
+        .await
+        .result
+        .is_ok());
     let (mut bystander, _) = Raw::connect(server.addr, 4000).await;
     // Ask for 100 KB 2000 times and never read: 200 MB the server may not buffer.
     let mut stream = raw.framed.into_inner();
     let mut buf = BytesMut::new();
     for i in 0..2000 {
-        let frame = rzk_wire::RequestFrame { xid: rzk_wire::Xid(10 + i), request: Request::GetData(rzk_wire::GetDataRequest { path: "/big".into(), watch: false }) };
+        let frame = rzk_wire::RequestFrame {
+            xid: rzk_wire::Xid(10 + i),
+            request: Request::GetData(rzk_wire::GetDataRequest {
+                path: "/big".into(),
+                watch: false,
+            }),
+        };
         let start = buf.len();
         buf.put_i32(0);
         frame.encode_payload(&mut buf);
@@ -114,14 +158,21 @@ async fn a_client_that_does_not_read_is_disconnected() {
             Err(_) => panic!("the server neither closed nor sent; read {total} bytes"),
         }
     }
-    assert!(total < 100 * 1_000_000, "read {total} bytes before the close");
+    assert!(
+        total < 100 * 1_000_000,
+        "read {total} bytes before the close"
+    );
     server.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn a_connection_without_connect_request_is_closed() {
     let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), &[("zookeeper.nio.sessionlessCnxnTimeout", "300")]).await;
+    let server = TestServer::start(
+        dir.path(),
+        &[("zookeeper.nio.sessionlessCnxnTimeout", "300")],
+    )
+    .await;
     let mut s = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     let mut b = [0u8; 1];
     let r = tokio::time::timeout(Duration::from_secs(10), s.read(&mut b)).await;
@@ -143,7 +194,10 @@ async fn unknown_opcode_and_malformed_records() {
     f.put_i32(100); // a string length with no bytes after it
     stream.write_all(&f).await.unwrap();
     let r = raw.reply(OpCode::GetData).await;
-    assert_eq!((r.xid, r.result), (rzk_wire::Xid(5), Err(ErrorCode::MarshallingError)));
+    assert_eq!(
+        (r.xid, r.result),
+        (rzk_wire::Xid(5), Err(ErrorCode::MarshallingError))
+    );
     assert!(raw.call(Request::Ping).await.result.is_ok());
     // opcode 999: UNIMPLEMENTED with zxid -1, then close.
     let stream = raw.framed.get_mut();
@@ -153,7 +207,10 @@ async fn unknown_opcode_and_malformed_records() {
     f.put_i32(999);
     stream.write_all(&f).await.unwrap();
     let r = raw.reply(OpCode::Ping).await;
-    assert_eq!((r.xid, r.zxid.as_i64(), r.result), (rzk_wire::Xid(6), -1, Err(ErrorCode::Unimplemented)));
+    assert_eq!(
+        (r.xid, r.zxid.as_i64(), r.result),
+        (rzk_wire::Xid(6), -1, Err(ErrorCode::Unimplemented))
+    );
     assert!(raw.closed().await);
     let _ = Response::Empty;
     server.stop().await.unwrap();

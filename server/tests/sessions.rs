@@ -13,7 +13,11 @@ use zookeeper_client as zk;
 #[tokio::test]
 async fn timeout_is_clamped_and_ids_carry_the_server_id() {
     let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(dir.path(), &[("minSessionTimeout", "1000"), ("maxSessionTimeout", "5000")]).await;
+    let server = TestServer::start(
+        dir.path(),
+        &[("minSessionTimeout", "1000"), ("maxSessionTimeout", "5000")],
+    )
+    .await;
     for (asked, got) in [(10, 1000), (3000, 3000), (99999, 5000), (-5, 1000)] {
         let (_raw, resp) = Raw::connect(server.addr, asked).await;
         assert_eq!(resp.timeout_ms, got, "asked {asked}");
@@ -36,31 +40,49 @@ async fn resume_with_password_and_reject_wrong_or_expired() {
     req.session_id = resp.session_id;
     req.passwd = resp.passwd.clone();
     let mut b = Raw::open(server.addr, req.clone()).await;
-    let Some(Incoming::Connect(again)) = b.recv().await else { panic!("no response") };
+    let Some(Incoming::Connect(again)) = b.recv().await else {
+        panic!("no response")
+    };
     assert_eq!(again.session_id, resp.session_id);
-    assert!(a.closed().await, "the older connection of the session is closed");
+    assert!(
+        a.closed().await,
+        "the older connection of the session is closed"
+    );
     // A wrong password gets the invalid-session answer and a close; it also
     // kills the live connection (doc §3.5 step 1).
     let mut bad = req.clone();
     bad.passwd = vec![1u8; 16].into();
     let mut c = Raw::open(server.addr, bad).await;
-    let Some(Incoming::Connect(rej)) = c.recv().await else { panic!("no response") };
+    let Some(Incoming::Connect(rej)) = c.recv().await else {
+        panic!("no response")
+    };
     assert_eq!((rej.timeout_ms, rej.session_id.0), (0, 0));
     assert!(c.closed().await);
     assert!(b.closed().await);
     // The session itself survived: resume once more, the ephemeral is there.
     let mut d = Raw::open(server.addr, req.clone()).await;
-    let Some(Incoming::Connect(ok)) = d.recv().await else { panic!() };
+    let Some(Incoming::Connect(ok)) = d.recv().await else {
+        panic!()
+    };
     assert_eq!(ok.session_id, resp.session_id);
-    let r = d.call(Request::Exists(rzk_wire::ExistsRequest { path: "/eph".into(), watch: false })).await;
-    let Ok(Response::Stat(stat)) = r.result else { panic!("{r:?}") };
+    let r = d
+        .call(Request::Exists(rzk_wire::ExistsRequest {
+            path: "/eph".into(),
+            watch: false,
+        }))
+        .await;
+    let Ok(Response::Stat(stat)) = r.result else {
+        panic!("{r:?}")
+    };
     assert_eq!(stat.ephemeral_owner, resp.session_id);
     // closeSession: reply, ephemerals gone, connection closed, resume refused.
     let r = d.call(Request::CloseSession).await;
     assert!(r.result.is_ok());
     assert!(d.closed().await);
     let mut e = Raw::open(server.addr, req).await;
-    let Some(Incoming::Connect(rej)) = e.recv().await else { panic!() };
+    let Some(Incoming::Connect(rej)) = e.recv().await else {
+        panic!()
+    };
     assert_eq!(rej.timeout_ms, 0);
     let c = client(&server).await;
     assert_eq!(c.check_stat("/eph").await.unwrap(), None);
@@ -77,15 +99,26 @@ async fn expiry_deletes_ephemerals_and_fires_watches() {
     let (_, _, w) = watcher.get_and_watch_data("/e1").await.unwrap();
     let started = std::time::Instant::now();
     // No more traffic from `doomed`: it expires after 600 ms (+ one tick).
-    let event = tokio::time::timeout(Duration::from_secs(10), w.changed()).await.unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(10), w.changed())
+        .await
+        .unwrap();
     assert_eq!(event.event_type, zk::EventType::NodeDeleted);
-    assert!(started.elapsed() >= Duration::from_millis(400), "{:?}", started.elapsed());
-    assert!(doomed.closed().await, "the expired session's connection is closed");
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        doomed.closed().await,
+        "the expired session's connection is closed"
+    );
     let mut req = Raw::new_session(600);
     req.session_id = resp.session_id;
     req.passwd = resp.passwd;
     let mut again = Raw::open(server.addr, req).await;
-    let Some(Incoming::Connect(rej)) = again.recv().await else { panic!() };
+    let Some(Incoming::Connect(rej)) = again.recv().await else {
+        panic!()
+    };
     assert_eq!((rej.timeout_ms, rej.session_id.0), (0, 0));
     server.stop().await.unwrap();
 }
@@ -103,7 +136,10 @@ async fn pings_keep_a_session_alive() {
         assert!(r.result.is_ok());
     }
     let c = client(&server).await;
-    assert!(c.check_stat("/alive").await.unwrap().is_some(), "2 s of pings kept the 600 ms session");
+    assert!(
+        c.check_stat("/alive").await.unwrap().is_some(),
+        "2 s of pings kept the 600 ms session"
+    );
     server.stop().await.unwrap();
 }
 
@@ -134,17 +170,28 @@ async fn requests_pipelined_behind_the_connect_request_are_served_in_order() {
                 auth: "u:p".into(),
             }),
         },
-        rzk_wire::RequestFrame { xid: rzk_wire::Xid(1), request: create_req("/pipe", b"v", 0) },
+        rzk_wire::RequestFrame {
+            xid: rzk_wire::Xid(1),
+            request: create_req("/pipe", b"v", 0),
+        },
         rzk_wire::RequestFrame {
             xid: rzk_wire::Xid(2),
-            request: Request::GetData(rzk_wire::GetDataRequest { path: "/pipe".into(), watch: false }),
+            request: Request::GetData(rzk_wire::GetDataRequest {
+                path: "/pipe".into(),
+                watch: false,
+            }),
         },
-        rzk_wire::RequestFrame { xid: rzk_wire::Xid::PING, request: Request::Ping },
+        rzk_wire::RequestFrame {
+            xid: rzk_wire::Xid::PING,
+            request: Request::Ping,
+        },
     ];
     for f in frames {
         raw.framed.feed(f).await.unwrap();
     }
-    SinkExt::<rzk_wire::RequestFrame>::flush(&mut raw.framed).await.unwrap();
+    SinkExt::<rzk_wire::RequestFrame>::flush(&mut raw.framed)
+        .await
+        .unwrap();
     assert!(matches!(raw.recv().await, Some(Incoming::Connect(_))));
     let auth = raw.reply(OpCode::Auth).await;
     assert_eq!((auth.xid, auth.zxid.as_u64()), (rzk_wire::Xid::AUTH, 0));
@@ -152,11 +199,16 @@ async fn requests_pipelined_behind_the_connect_request_are_served_in_order() {
     assert_eq!(create.xid, rzk_wire::Xid(1));
     let get = raw.reply(OpCode::GetData).await;
     assert_eq!(get.xid, rzk_wire::Xid(2));
-    let Ok(Response::GetData(d)) = get.result else { panic!("{get:?}") };
+    let Ok(Response::GetData(d)) = get.result else {
+        panic!("{get:?}")
+    };
     assert_eq!(d.data.as_deref(), Some(&b"v"[..]));
     let ping = raw.reply(OpCode::Ping).await;
     assert_eq!(ping.xid, rzk_wire::Xid::PING);
-    assert_eq!(ping.zxid, create.zxid, "ping carries the last processed zxid");
+    assert_eq!(
+        ping.zxid, create.zxid,
+        "ping carries the last processed zxid"
+    );
     server.stop().await.unwrap();
 }
 
@@ -188,12 +240,19 @@ async fn sessions_survive_a_restart_and_expire_if_not_resumed() {
     req.session_id = keep_resp.session_id;
     req.passwd = keep_resp.passwd.clone();
     let mut again = Raw::open(server.addr, req).await;
-    let Some(Incoming::Connect(ok)) = again.recv().await else { panic!() };
-    assert_eq!(ok.session_id, keep_resp.session_id, "a recovered session can be resumed");
+    let Some(Incoming::Connect(ok)) = again.recv().await else {
+        panic!()
+    };
+    assert_eq!(
+        ok.session_id, keep_resp.session_id,
+        "a recovered session can be resumed"
+    );
     let c = client(&server).await;
-    eventually(Duration::from_secs(10), "/lose expires after the restart", || async {
-        c.check_stat("/lose").await.unwrap().is_none()
-    })
+    eventually(
+        Duration::from_secs(10),
+        "/lose expires after the restart",
+        || async { c.check_stat("/lose").await.unwrap().is_none() },
+    )
     .await;
     assert!(again.call(Request::Ping).await.result.is_ok());
     assert!(c.check_stat("/keep").await.unwrap().is_some());

@@ -16,7 +16,10 @@ async fn create_get_set_delete_with_a_real_client() {
     assert_eq!((data.as_slice(), stat.data_length), (&b"hi"[..], 2));
     let stat = c.set_data("/a", b"ho", Some(0)).await.unwrap();
     assert_eq!(stat.version, 1);
-    assert_eq!(c.set_data("/a", b"x", Some(0)).await.unwrap_err(), zk::Error::BadVersion);
+    assert_eq!(
+        c.set_data("/a", b"x", Some(0)).await.unwrap_err(),
+        zk::Error::BadVersion
+    );
     c.delete("/a", None).await.unwrap();
     assert_eq!(c.get_data("/a").await.unwrap_err(), zk::Error::NoNode);
     drop(c);

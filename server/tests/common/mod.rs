@@ -67,7 +67,10 @@ pub async fn client(server: &TestServer) -> zookeeper_client::Client {
     client_with_timeout(server, Duration::from_secs(10)).await
 }
 
-pub async fn client_with_timeout(server: &TestServer, timeout: Duration) -> zookeeper_client::Client {
+pub async fn client_with_timeout(
+    server: &TestServer,
+    timeout: Duration,
+) -> zookeeper_client::Client {
     zookeeper_client::Client::connector()
         .with_session_timeout(timeout)
         .connect(&server.connect_string())
@@ -115,7 +118,10 @@ impl Raw {
         let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         let mut framed = tokio_util::codec::Framed::new(stream, rzk_wire::ClientCodec::new());
         framed.send(req).await.unwrap();
-        Raw { framed, next_xid: 1 }
+        Raw {
+            framed,
+            next_xid: 1,
+        }
     }
 
     pub fn new_session(timeout_ms: i32) -> rzk_wire::ConnectRequest {
