@@ -694,60 +694,90 @@ impl Core {
         };
         let xid = frame.xid;
         let op = frame.request.opcode();
-        let (session_valid, auth) = match self.conns.get(&id) {
-            Some(c) => (
-                self.sessions.get(&sid).is_some_and(|s| !s.closing),
-                c.auth.clone(),
-            ),
-            None => return,
+        // Prep borrows the connection's identities in place: no per-request
+        // copy of them on the hot path.
+        let prepped = {
+            let Some(conn) = self.conns.get(&id) else {
+                return;
+            };
+            let caller = Caller {
+                session: sid,
+                auth: &conn.auth,
+                session_valid: self.sessions.get(&sid).is_some_and(|s| !s.closing),
+            };
+            let seq = self.next_seq;
+            let (prep, tree) = (&mut self.prep, &self.tree);
+            match &frame.request {
+                Request::Create(r) | Request::Create2(r) | Request::CreateContainer(r) => Some((
+                    ReplyAs::Op(op),
+                    prep.prep(tree, seq, caller, Write::Create(op, r)),
+                )),
+                Request::CreateTtl(r) => Some((
+                    ReplyAs::Op(op),
+                    prep.prep(tree, seq, caller, Write::CreateTtl(r)),
+                )),
+                Request::Delete(r) => Some((
+                    ReplyAs::Op(op),
+                    prep.prep(tree, seq, caller, Write::Delete(r)),
+                )),
+                Request::SetData(r) => Some((
+                    ReplyAs::Op(op),
+                    prep.prep(tree, seq, caller, Write::SetData(r)),
+                )),
+                Request::SetAcl(r) => Some((
+                    ReplyAs::Op(op),
+                    prep.prep(tree, seq, caller, Write::SetAcl(r)),
+                )),
+                Request::Check(r) => Some((
+                    ReplyAs::Op(op),
+                    prep.prep(tree, seq, caller, Write::Check(r)),
+                )),
+                Request::Multi(m) => {
+                    let ops: Vec<OpCode> = m.ops.iter().map(|o| o.opcode()).collect();
+                    Some((
+                        ReplyAs::Multi(ops),
+                        prep.prep_multi(tree, seq, caller, &m.ops),
+                    ))
+                }
+                Request::Exists(_)
+                | Request::GetData(_)
+                | Request::GetAcl(_)
+                | Request::GetChildren(_)
+                | Request::Sync(_)
+                | Request::Ping
+                | Request::GetChildren2(_)
+                | Request::Reconfig(_)
+                | Request::CheckWatches(_)
+                | Request::RemoveWatches(_)
+                | Request::MultiRead(_)
+                | Request::Auth(_)
+                | Request::SetWatches(_)
+                | Request::Sasl(_)
+                | Request::GetEphemerals(_)
+                | Request::GetAllChildrenNumber(_)
+                | Request::SetWatches2(_)
+                | Request::AddWatch(_)
+                | Request::WhoAmI
+                | Request::CloseSession => None,
+            }
         };
-        let caller = Caller {
-            session: sid,
-            auth: &auth,
-            session_valid,
-        };
+        if let Some((reply_as, p)) = prepped {
+            self.propose_write(id, sid, xid, reply_as, p.body, p.touched, permit);
+            return;
+        }
         match &frame.request {
             Request::Auth(packet) => {
                 self.on_auth(id, &packet.scheme, &packet.auth);
             }
-            Request::Create(r) | Request::Create2(r) | Request::CreateContainer(r) => {
-                let seq = self.next_seq;
-                let p = self
-                    .prep
-                    .prep(&self.tree, seq, caller, Write::Create(op, r));
-                self.propose_write(id, sid, xid, ReplyAs::Op(op), p.body, p.touched, permit);
-            }
-            Request::CreateTtl(r) => {
-                let seq = self.next_seq;
-                let p = self.prep.prep(&self.tree, seq, caller, Write::CreateTtl(r));
-                self.propose_write(id, sid, xid, ReplyAs::Op(op), p.body, p.touched, permit);
-            }
-            Request::Delete(r) => {
-                let seq = self.next_seq;
-                let p = self.prep.prep(&self.tree, seq, caller, Write::Delete(r));
-                self.propose_write(id, sid, xid, ReplyAs::Op(op), p.body, p.touched, permit);
-            }
-            Request::SetData(r) => {
-                let seq = self.next_seq;
-                let p = self.prep.prep(&self.tree, seq, caller, Write::SetData(r));
-                self.propose_write(id, sid, xid, ReplyAs::Op(op), p.body, p.touched, permit);
-            }
-            Request::SetAcl(r) => {
-                let seq = self.next_seq;
-                let p = self.prep.prep(&self.tree, seq, caller, Write::SetAcl(r));
-                self.propose_write(id, sid, xid, ReplyAs::Op(op), p.body, p.touched, permit);
-            }
-            Request::Check(r) => {
-                let seq = self.next_seq;
-                let p = self.prep.prep(&self.tree, seq, caller, Write::Check(r));
-                self.propose_write(id, sid, xid, ReplyAs::Op(op), p.body, p.touched, permit);
-            }
-            Request::Multi(m) => {
-                let seq = self.next_seq;
-                let ops: Vec<OpCode> = m.ops.iter().map(|o| o.opcode()).collect();
-                let p = self.prep.prep_multi(&self.tree, seq, caller, &m.ops);
-                self.propose_write(id, sid, xid, ReplyAs::Multi(ops), p.body, p.touched, permit);
-            }
+            Request::Create(_)
+            | Request::Create2(_)
+            | Request::CreateContainer(_)
+            | Request::CreateTtl(_)
+            | Request::Delete(_)
+            | Request::SetData(_)
+            | Request::SetAcl(_)
+            | Request::Check(_)
+            | Request::Multi(_) => {}
             Request::CloseSession => {
                 tracing::info!(session = %format_sid(sid), "session closing at the client's request");
                 let seq = self.close_session(sid, xid.0, Origin::Client(id));
@@ -1005,9 +1035,11 @@ impl Core {
         let xid = frame.xid;
         let zxid = self.applied;
         let result = self.read_result(id, &frame.request);
-        let zxid = match &frame.request {
-            Request::Sasl(_) => Zxid::ZERO,
-            _ => zxid,
+        // doc §4.4: a sasl reply carries zxid 0.
+        let zxid = if frame.request.opcode() == OpCode::Sasl {
+            Zxid::ZERO
+        } else {
+            zxid
         };
         Reply { xid, zxid, result }
     }
@@ -1205,9 +1237,8 @@ impl Core {
                 }),
         };
         let watch = match op {
-            MultiReadOp::GetData(r) if r.watch => Some((&r.path, WatchKind::Data)),
-            MultiReadOp::GetChildren(r) if r.watch => Some((&r.path, WatchKind::Child)),
-            _ => None,
+            MultiReadOp::GetData(r) => r.watch.then_some((&r.path, WatchKind::Data)),
+            MultiReadOp::GetChildren(r) => r.watch.then_some((&r.path, WatchKind::Child)),
         };
         if let (Ok(_), Some((p, kind))) = (&result, watch) {
             self.watches.add(id, p, kind);
@@ -1365,7 +1396,14 @@ impl Core {
             let conns = match ev.kind {
                 EventType::NodeChildrenChanged => self.watches.trigger_children(&ev.path),
                 EventType::NodeDeleted => self.watches.trigger_node(&ev.path, true),
-                _ => self.watches.trigger_node(&ev.path, false),
+                EventType::NodeCreated | EventType::NodeDataChanged => {
+                    self.watches.trigger_node(&ev.path, false)
+                }
+                // Apply never produces these; they are client-side events.
+                EventType::None
+                | EventType::DataWatchRemoved
+                | EventType::ChildWatchRemoved
+                | EventType::PersistentWatchRemoved => continue,
             };
             for cid in conns {
                 let Some(conn) = self.conns.get(&cid) else {
@@ -1580,15 +1618,16 @@ fn write_result(reply_as: &ReplyAs, applied: &Applied) -> Result<Response, Error
 
 fn single_result(op: OpCode, o: &OpOutcome) -> Response {
     match o {
-        OpOutcome::Created { path, stat } => match op {
-            OpCode::Create => Response::Create(CreateResponse {
-                path: path.as_str().into(),
-            }),
-            _ => Response::Create2(Create2Response {
+        // Op 1 answers with the path alone; 15, 19 and 21 with path and Stat.
+        OpOutcome::Created { path, stat } if op != OpCode::Create => {
+            Response::Create2(Create2Response {
                 path: path.as_str().into(),
                 stat: *stat,
-            }),
-        },
+            })
+        }
+        OpOutcome::Created { path, .. } => Response::Create(CreateResponse {
+            path: path.as_str().into(),
+        }),
         OpOutcome::Deleted | OpOutcome::Check => Response::Empty,
         OpOutcome::SetData(stat) | OpOutcome::SetAcl(stat) => Response::Stat(*stat),
     }
@@ -1598,15 +1637,17 @@ fn single_result(op: OpCode, o: &OpOutcome) -> Response {
 /// as type 15.
 fn multi_result(op: OpCode, o: &OpOutcome) -> MultiResult {
     match o {
-        OpOutcome::Created { path, stat } => match op {
-            OpCode::CreateContainer | OpCode::CreateTtl => MultiResult::Create2(Create2Response {
+        OpOutcome::Created { path, stat }
+            if op == OpCode::CreateContainer || op == OpCode::CreateTtl =>
+        {
+            MultiResult::Create2(Create2Response {
                 path: path.as_str().into(),
                 stat: *stat,
-            }),
-            _ => MultiResult::Create(CreateResponse {
-                path: path.as_str().into(),
-            }),
-        },
+            })
+        }
+        OpOutcome::Created { path, .. } => MultiResult::Create(CreateResponse {
+            path: path.as_str().into(),
+        }),
         OpOutcome::Deleted => MultiResult::Delete,
         OpOutcome::SetData(stat) | OpOutcome::SetAcl(stat) => MultiResult::SetData(*stat),
         OpOutcome::Check => MultiResult::Check,
