@@ -47,8 +47,11 @@ use crate::watch::{ConnId, WatchKind, WatchManager};
 
 /// The largest frame the server writes (a length prefix is an i32).
 const REPLY_FRAME_BYTES_MAX: usize = i32::MAX as usize;
-/// Nodes a snapshot writes per step between other work.
+/// Nodes a snapshot writes per step when the core is otherwise idle.
 const SNAPSHOT_STEP_NODES: usize = 4096;
+/// Nodes a snapshot writes per applied txn, so that it finishes under a
+/// load that never leaves the core idle.
+const SNAPSHOT_NODES_PER_TXN: usize = 64;
 
 /// Permits a request holds until it is answered: one of its connection's
 /// outstanding slots and one of the server's (backpressure, I7).
@@ -414,10 +417,6 @@ impl Core {
                         self.on_sync_ready(conn, token, zxid);
                     }
                 }
-                msg = rx.recv(), if rx_open => match msg {
-                    Some(msg) => self.on_msg(msg),
-                    None => { rx_open = false; self.begin_shutdown(); }
-                },
                 _ = expiry.tick() => self.expire_sessions(),
                 _ = reaper.tick() => self.reap(),
                 Some(saved) = self.snapshot_saves.next(), if !self.snapshot_saves.is_empty() => {
@@ -426,6 +425,10 @@ impl Core {
                         Err(e) => tracing::error!(error = %e, "saving a snapshot failed"),
                     }
                 }
+                msg = rx.recv(), if rx_open => match msg {
+                    Some(msg) => self.on_msg(msg),
+                    None => { rx_open = false; self.begin_shutdown(); }
+                },
                 _ = std::future::ready(()), if self.tree.snapshot_in_progress() => {
                     self.snapshot_step();
                 }
@@ -1381,6 +1384,10 @@ impl Core {
                 }
             }
         }
+        if self.tree.snapshot_in_progress() {
+            // A snapshot progresses with the writes too, not only when idle.
+            self.snapshot_step_nodes(SNAPSHOT_NODES_PER_TXN);
+        }
         self.txns_since_snapshot += 1;
         if self.txns_since_snapshot >= self.cfg.server.snap_count
             && !self.tree.snapshot_in_progress()
@@ -1510,7 +1517,11 @@ impl Core {
     }
 
     fn snapshot_step(&mut self) {
-        if let Some((zxid, data)) = self.tree.snapshot_step(SNAPSHOT_STEP_NODES) {
+        self.snapshot_step_nodes(SNAPSHOT_STEP_NODES);
+    }
+
+    fn snapshot_step_nodes(&mut self, budget: usize) {
+        if let Some((zxid, data)) = self.tree.snapshot_step(budget) {
             tracing::info!(%zxid, bytes = data.len(), "snapshot written; saving");
             self.snapshot_saves
                 .push(self.replicator.save_snapshot(zxid, data));

@@ -212,3 +212,25 @@ pub async fn run(
         )))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_id_is_one_standalone_and_myid_in_an_ensemble() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = ServerConfig::parse(&format!("dataDir={}\n", dir.path().display())).unwrap();
+        assert_eq!(server_id(&cfg).unwrap(), 1);
+        cfg = ServerConfig::parse(&format!(
+            "dataDir={}\nserver.3=a:2888:3888\n",
+            dir.path().display()
+        ))
+        .unwrap();
+        assert!(matches!(server_id(&cfg), Err(ServerError::MyId { .. })));
+        std::fs::write(dir.path().join("myid"), "3\n").unwrap();
+        assert_eq!(server_id(&cfg).unwrap(), 3);
+        std::fs::write(dir.path().join("myid"), "three").unwrap();
+        assert!(server_id(&cfg).is_err());
+    }
+}

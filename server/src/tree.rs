@@ -737,6 +737,21 @@ mod tests {
     }
 
     #[test]
+    fn a_node_stays_compact() {
+        // The memory goal (200k znodes at a tenth of ZooKeeper's RSS) rests on
+        // this: no path, no name and no derived field stored per node.
+        assert!(
+            std::mem::size_of::<Node>() <= 128,
+            "{}",
+            std::mem::size_of::<Node>()
+        );
+        assert_eq!(
+            std::mem::size_of::<Option<Node>>(),
+            std::mem::size_of::<Node>()
+        );
+    }
+
+    #[test]
     fn initial_tree_matches_zookeeper() {
         let t = DataTree::new();
         let root = t.get("/").unwrap().stat();

@@ -661,3 +661,53 @@ async fn containers_and_ttl_nodes_are_reaped() {
     );
     server.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn multi_read_and_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), &[]).await;
+    let (mut raw, _) = Raw::connect(server.addr, 4000).await;
+    assert!(raw.call(create_req("/r", b"d", 0)).await.result.is_ok());
+    assert!(raw.call(create_req("/r/k", b"", 0)).await.result.is_ok());
+    let read = rzk_wire::MultiReadRequest {
+        ops: vec![
+            rzk_wire::MultiReadOp::GetData(rzk_wire::GetDataRequest {
+                path: "/r".into(),
+                watch: false,
+            }),
+            rzk_wire::MultiReadOp::GetChildren(rzk_wire::GetChildrenRequest {
+                path: "/nope".into(),
+                watch: false,
+            }),
+            rzk_wire::MultiReadOp::GetChildren(rzk_wire::GetChildrenRequest {
+                path: "/r".into(),
+                watch: false,
+            }),
+        ],
+    };
+    let before = raw.call(Request::Ping).await.zxid;
+    let r = raw.call(Request::MultiRead(read)).await;
+    assert_eq!(r.zxid, before, "multiRead consumes no zxid");
+    let Ok(Response::Multi(m)) = r.result else {
+        panic!("{r:?}")
+    };
+    assert!(
+        matches!(&m.results[0], MultiResult::GetData(d) if d.data.as_deref() == Some(&b"d"[..]))
+    );
+    assert_eq!(m.results[1], MultiResult::Error(ErrorCode::NoNode));
+    assert!(matches!(&m.results[2], MultiResult::GetChildren(c) if c.children.len() == 1));
+    // sync: answered in order, echoing the path, after the writes before it.
+    raw.send(create_req("/r/s", b"", 0)).await;
+    raw.send(Request::Sync(rzk_wire::SyncRequest {
+        path: "/whatever".into(),
+    }))
+    .await;
+    let c = raw.reply(OpCode::Create).await;
+    let s = raw.reply(OpCode::Sync).await;
+    let Ok(Response::Sync(sync)) = s.result else {
+        panic!("{s:?}")
+    };
+    assert_eq!(&*sync.path, "/whatever");
+    assert!(s.zxid >= c.zxid);
+    server.stop().await.unwrap();
+}
