@@ -66,26 +66,15 @@ async fn max_client_cnxns_per_ip() {
     server.stop().await.unwrap();
 }
 
-#[tokio::test]
-async fn outstanding_limits_apply_backpressure_without_losing_order() {
+/// Pipelines 150 creates and 150 exists on `raw` and checks every reply, in order.
+async fn pipeline_and_check(raw: &mut Raw, prefix: &str) {
     use futures::SinkExt;
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(
-        dir.path(),
-        &[
-            ("rzk.connection.outstandingMax", "1"),
-            ("globalOutstandingLimit", "2"),
-        ],
-    )
-    .await;
-    let (mut raw, _) = Raw::connect(server.addr, 4000).await;
-    // 300 requests pipelined: with one slot per connection the server reads
-    // one request at a time; every reply still comes, in order.
     for i in 0..150 {
+        let p = format!("/{prefix}{i}");
         raw.framed
             .feed(rzk_wire::RequestFrame {
                 xid: rzk_wire::Xid(2 * i + 1),
-                request: create_req(&format!("/n{i}"), b"", 0),
+                request: create_req(&p, b"", 0),
             })
             .await
             .unwrap();
@@ -93,7 +82,7 @@ async fn outstanding_limits_apply_backpressure_without_losing_order() {
             .feed(rzk_wire::RequestFrame {
                 xid: rzk_wire::Xid(2 * i + 2),
                 request: Request::Exists(rzk_wire::ExistsRequest {
-                    path: format!("/n{i}").into(),
+                    path: p.into(),
                     watch: false,
                 }),
             })
@@ -113,6 +102,29 @@ async fn outstanding_limits_apply_backpressure_without_losing_order() {
         assert_eq!(r.xid, rzk_wire::Xid(i + 1));
         assert!(r.result.is_ok(), "{r:?}");
     }
+}
+
+#[tokio::test]
+async fn per_connection_outstanding_limit_applies_backpressure_without_losing_order() {
+    let dir = tempfile::tempdir().unwrap();
+    // One slot per connection: the server reads one request at a time.
+    let server = TestServer::start(dir.path(), &[("rzk.connection.outstandingMax", "1")]).await;
+    let (mut raw, _) = Raw::connect(server.addr, 4000).await;
+    pipeline_and_check(&mut raw, "n").await;
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn global_outstanding_limit_applies_backpressure_across_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    // One slot for the whole server, two connections pipelining at once.
+    let server = TestServer::start(dir.path(), &[("globalOutstandingLimit", "1")]).await;
+    let (mut a, _) = Raw::connect(server.addr, 4000).await;
+    let (mut b, _) = Raw::connect(server.addr, 4000).await;
+    tokio::join!(
+        pipeline_and_check(&mut a, "a"),
+        pipeline_and_check(&mut b, "b")
+    );
     server.stop().await.unwrap();
 }
 
