@@ -3,7 +3,9 @@
 //! Flags: `--seeds N` (default 1000), `--start S` (first seed, default 0),
 //! `--seed S` (run one seed and print its report or failure), `--nodes N`
 //! (3 or 5; default alternates per seed), `--limit C` (zxid counter limit),
-//! `--bug-5094` (re-introduce ZOOKEEPER-5094).
+//! `--bug-5094` (re-introduce ZOOKEEPER-5094), `--no-claims-check` (skip the
+//! I1 message check, to see what a violation leads to), `--fault-ms MS`,
+//! `--trace LINES`.
 
 use rzk_quorum::core::TestBugs;
 use rzk_sim::{run, Options};
@@ -24,6 +26,12 @@ fn main() {
         opts.bugs = TestBugs {
             keep_memory_after_interrupted_trunc: true,
         };
+    }
+    if args.iter().any(|a| a == "--no-claims-check") {
+        opts.check_claims = false;
+    }
+    if let Some(ms) = get("--fault-ms") {
+        opts.fault_ms = ms;
     }
     let nodes = get("--nodes");
     if let Some(t) = get("--trace") {

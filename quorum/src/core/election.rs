@@ -104,19 +104,33 @@ impl Peer {
                 vote: e.vote,
                 round: self.round,
             },
+            // The peerEpoch reported for an established leader is derived from
+            // the durable currentEpoch (one source of truth): leader and
+            // followers converge on it after a rollover, so a late peer finds a
+            // quorum of equal votes (ZOOKEEPER-1732) and never sees more than
+            // is durable (I1).
             State::Leading(l) => Notification {
                 state: PeerState::Leading,
-                // I1: never claim a currentEpoch that is not durable yet (after a
-                // rollover commits, the leader's own fence may still be in flight).
                 vote: Vote {
-                    peer_epoch: l.vote.peer_epoch.min(self.durable.epochs.current),
+                    peer_epoch: if l.is_established() {
+                        self.durable.epochs.current
+                    } else {
+                        l.vote.peer_epoch
+                    },
                     ..l.vote
                 },
                 round: self.round,
             },
             State::Following(f) => Notification {
                 state: PeerState::Following,
-                vote: f.vote,
+                vote: Vote {
+                    peer_epoch: if f.is_up_to_date() {
+                        self.durable.epochs.current
+                    } else {
+                        f.vote.peer_epoch
+                    },
+                    ..f.vote
+                },
                 round: self.round,
             },
         }

@@ -330,24 +330,8 @@ impl Peer {
             self.learner_protocol_error();
             return;
         }
-        let old = self.commit_known;
         self.raise_commit_known(upto);
-        self.learner_note_rollovers(old, upto);
         self.advance_apply();
-    }
-
-    fn learner_note_rollovers(&mut self, old: Zxid, new: Zxid) {
-        let limit = self.cfg.counter_limit;
-        let rolled = self
-            .log
-            .iter()
-            .filter(|e| e.zxid > old && e.zxid <= new && e.zxid.is_last_with(limit))
-            .filter_map(|e| e.zxid.epoch().next())
-            .max();
-        if let Some(epoch) = rolled {
-            let f = self.fl();
-            f.vote.peer_epoch = f.vote.peer_epoch.max(epoch);
-        }
     }
 
     fn learner_on_new_leader(&mut self, epoch: Epoch) {
@@ -411,13 +395,10 @@ impl Peer {
             self.learner_protocol_error();
             return;
         }
-        let old = self.commit_known;
         self.raise_commit_known(committed);
         let f = self.fl();
         f.phase = Phase::UpToDate;
-        f.vote.peer_epoch = f.vote.peer_epoch.max(f.epoch);
         let (leader, epoch) = (f.leader, f.epoch);
-        self.learner_note_rollovers(old, committed);
         self.apply_enabled = true;
         self.out.push(Output::RoleChanged {
             role: Role::Follower,

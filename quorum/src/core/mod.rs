@@ -631,6 +631,19 @@ impl Peer {
             }
             let e = self.blocked.pop_front().expect("front exists");
             debug_assert!(e.zxid.is_next(self.written_last()), "log stays contiguous");
+            if e.zxid.epoch() > self.written_epochs.accepted {
+                // Only the successor of a committed rollover proposal gets here (R
+                // may have arrived inside a SNAP snapshot, without its fence). The
+                // epoch is persisted before its first entry (EpochFence).
+                if !batch.is_empty() {
+                    self.issue_append(std::mem::take(&mut batch), false);
+                }
+                let mut ep = self.written_epochs;
+                ep.accepted = e.zxid.epoch();
+                ep.accepted_from = Some(self.fence_owner());
+                ep.current = ep.current.max(e.zxid.epoch());
+                self.save_epochs(ep, None);
+            }
             let zxid = e.zxid;
             self.log.push_back(e.clone());
             batch.push(e);
