@@ -145,7 +145,10 @@ impl Checker {
         } else {
             return Err(violation(
                 "Agreement",
-                format!("{peer:?} delivered position {index} beyond {}", self.global.len()),
+                format!(
+                    "{peer:?} delivered position {index} beyond {}",
+                    self.global.len()
+                ),
             ));
         }
         Ok(())

@@ -149,12 +149,26 @@ impl std::fmt::Display for Failure {
 
 #[derive(Clone, Debug)]
 enum Event {
-    Deliver { to: usize, from: usize, msg: Message },
-    StorageDone { node: usize, incarnation: u64 },
-    Tick { node: usize, incarnation: u64 },
+    Deliver {
+        to: usize,
+        from: usize,
+        msg: Message,
+    },
+    StorageDone {
+        node: usize,
+        incarnation: u64,
+    },
+    Tick {
+        node: usize,
+        incarnation: u64,
+    },
     Client,
-    Crash { node: usize },
-    Restart { node: usize },
+    Crash {
+        node: usize,
+    },
+    Restart {
+        node: usize,
+    },
     Partition,
     Heal,
     Snapshot,
@@ -362,12 +376,22 @@ impl World {
             sync_in_progress: n.disk.marker,
         };
         let cfg = self.config(i);
-        let (peer, out) = Peer::new(cfg, rec, Tick(self.now))
-            .map_err(|e| violation("Recovery", format!("{:?} cannot restart: {e}", self.nodes[i].id)))?;
+        let (peer, out) = Peer::new(cfg, rec, Tick(self.now)).map_err(|e| {
+            violation(
+                "Recovery",
+                format!("{:?} cannot restart: {e}", self.nodes[i].id),
+            )
+        })?;
         self.nodes[i].peer = Some(peer);
         let inc = self.nodes[i].incarnation;
         let at = self.now + 1 + self.rng.random_range(0..TICK_MS);
-        self.schedule(at, Event::Tick { node: i, incarnation: inc });
+        self.schedule(
+            at,
+            Event::Tick {
+                node: i,
+                incarnation: inc,
+            },
+        );
         self.handle_outputs(i, out)
     }
 
@@ -463,7 +487,13 @@ impl World {
             if n.sm != first {
                 return Err(violation(
                     "Agreement",
-                    format!("{:?} delivered {} txns, {:?} {}", n.id, n.sm.len(), self.nodes[0].id, first.len()),
+                    format!(
+                        "{:?} delivered {} txns, {:?} {}",
+                        n.id,
+                        n.sm.len(),
+                        self.nodes[0].id,
+                        first.len()
+                    ),
                 ));
             }
         }
@@ -588,7 +618,13 @@ impl World {
                     self.nodes[i].done_scheduled = true;
                     let at = self.now + self.rng.random_range(1..6);
                     let incarnation = self.nodes[i].incarnation;
-                    self.schedule(at, Event::StorageDone { node: i, incarnation });
+                    self.schedule(
+                        at,
+                        Event::StorageDone {
+                            node: i,
+                            incarnation,
+                        },
+                    );
                 }
                 Ok(())
             }
@@ -614,7 +650,12 @@ impl World {
                 // tentative (never written until the rollover commits); it is a
                 // primary's broadcast only within the established epoch.
                 let primary = self.nodes[i].leading.is_some_and(|e| zxid.epoch() <= e);
-                self.checker.on_broadcast(self.nodes[i].id, zxid, payload, primary.then_some(delivered))
+                self.checker.on_broadcast(
+                    self.nodes[i].id,
+                    zxid,
+                    payload,
+                    primary.then_some(delivered),
+                )
             }
             Output::ProposeFailed { id, .. } => {
                 self.nodes[i].proposed.remove(&id);
@@ -651,7 +692,12 @@ impl World {
                     // LeaderLogCompleteness (§8.4): an established leader's durable
                     // history holds every acknowledged transaction.
                     let disk = &self.nodes[i].disk;
-                    if let Some((z, v)) = self.checker.acked.iter().find(|(z, v)| !disk.holds(**z, **v)) {
+                    if let Some((z, v)) = self
+                        .checker
+                        .acked
+                        .iter()
+                        .find(|(z, v)| !disk.holds(**z, **v))
+                    {
                         return Err(violation(
                             "LeaderLogCompleteness",
                             format!("{id:?} established epoch {epoch} without acknowledged {z}={v} (disk ends at {})", disk.last()),
@@ -676,15 +722,25 @@ impl World {
             self.nodes[i].sm.push((e.zxid, pid));
             // The client of a proposal this peer made as leader gets its answer:
             // the txn is committed and applied here (I6).
-            let mine = self.nodes[i].peer.as_ref().is_some_and(|p| p.role() == Role::Leader)
+            let mine = self.nodes[i]
+                .peer
+                .as_ref()
+                .is_some_and(|p| p.role() == Role::Leader)
                 && self.nodes[i].proposed.values().any(|v| *v == pid);
             if mine {
-                let holders = self.nodes.iter().filter(|n| n.disk.holds(e.zxid, pid)).count();
+                let holders = self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.disk.holds(e.zxid, pid))
+                    .count();
                 let quorum = self.nodes.len() / 2 + 1;
                 if holders < quorum {
                     return Err(violation(
                         "DurableBeforeAck",
-                        format!("{id:?} acknowledged {} with {holders} durable copies", e.zxid),
+                        format!(
+                            "{id:?} acknowledged {} with {holders} durable copies",
+                            e.zxid
+                        ),
                     ));
                 }
                 self.nodes[i].proposed.retain(|_, v| *v != pid);
@@ -755,10 +811,21 @@ impl World {
             at = at.max(*last);
             *last = at;
         }
-        let copies = if self.faults_on && self.rng.random_bool(self.opts.duplicate) { 2 } else { 1 };
+        let copies = if self.faults_on && self.rng.random_bool(self.opts.duplicate) {
+            2
+        } else {
+            1
+        };
         for c in 0..copies {
             let at = at + c * self.rng.random_range(0..20);
-            self.schedule(at, Event::Deliver { to, from: i, msg: msg.clone() });
+            self.schedule(
+                at,
+                Event::Deliver {
+                    to,
+                    from: i,
+                    msg: msg.clone(),
+                },
+            );
         }
         Ok(())
     }
@@ -793,7 +860,10 @@ impl World {
                     if e.zxid.epoch() > disk.epochs.accepted {
                         return Err(violation(
                             "EpochFence",
-                            format!("{id:?} wrote {} with acceptedEpoch {}", e.zxid, disk.epochs.accepted),
+                            format!(
+                                "{id:?} wrote {} with acceptedEpoch {}",
+                                e.zxid, disk.epochs.accepted
+                            ),
                         ));
                     }
                     checker.on_write(id, e.zxid, payload_id(&e))?;
@@ -818,10 +888,18 @@ impl World {
             StorageCmd::SaveEpochs(ep) => {
                 let old = disk.epochs;
                 if self.opts.trace_lines > 1000 {
-                    let line = format!("{:>6} {id:?} epochs {:?} disk last {}", self.now, ep, disk.last());
+                    let line = format!(
+                        "{:>6} {id:?} epochs {:?} disk last {}",
+                        self.now,
+                        ep,
+                        disk.last()
+                    );
                     self.ring.push_back(line);
                 }
-                if ep.accepted < old.accepted || ep.current < old.current || ep.current > ep.accepted {
+                if ep.accepted < old.accepted
+                    || ep.current < old.current
+                    || ep.current > ep.accepted
+                {
                     return Err(violation(
                         "EpochMonotonicity",
                         format!("{id:?} epochs {old:?} -> {ep:?}"),
@@ -850,7 +928,12 @@ impl World {
         let survive = self.rng.random_range(0..=cmds.len());
         let torn = self.rng.random_range(0..4);
         let n = cmds.len();
-        self.note(|| format!("crash {} ({survive} of {n} unsynced commands survive)", i + 1));
+        self.note(|| {
+            format!(
+                "crash {} ({survive} of {n} unsynced commands survive)",
+                i + 1
+            )
+        });
         for (k, (_, cmd)) in cmds.into_iter().take(survive).enumerate() {
             let keep = if k + 1 == survive { torn } else { usize::MAX };
             self.apply_to_disk(i, cmd, keep)?;
@@ -885,7 +968,12 @@ impl World {
         let at = self.now + self.rng.random_range(2..25);
         self.schedule(at, Event::Client);
         let leaders: Vec<usize> = (0..self.nodes.len())
-            .filter(|i| self.nodes[*i].peer.as_ref().is_some_and(|p| p.role() == Role::Leader))
+            .filter(|i| {
+                self.nodes[*i]
+                    .peer
+                    .as_ref()
+                    .is_some_and(|p| p.role() == Role::Leader)
+            })
             .collect();
         for i in leaders {
             let k = self.rng.random_range(1..4);

@@ -39,7 +39,11 @@ fn main() {
     }
     let one = get("--seed");
     let start = one.or(get("--start")).unwrap_or(0);
-    let count = if one.is_some() { 1 } else { get("--seeds").unwrap_or(1000) };
+    let count = if one.is_some() {
+        1
+    } else {
+        get("--seeds").unwrap_or(1000)
+    };
     let mut failed = 0u64;
     let mut sim_ms = 0u64;
     let mut acked = 0usize;

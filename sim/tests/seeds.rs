@@ -80,7 +80,10 @@ fn faults_are_injected() {
             syncs[k] += r.syncs[k];
         }
     }
-    assert!(syncs.iter().all(|n| *n > 0), "DIFF, TRUNC and SNAP all run: {syncs:?}");
+    assert!(
+        syncs.iter().all(|n| *n > 0),
+        "DIFF, TRUNC and SNAP all run: {syncs:?}"
+    );
 }
 
 /// ZOOKEEPER-5094 re-introduced behind its test switch: the simulation must

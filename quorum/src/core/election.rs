@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{learner, leader, Peer, State, Tick};
+use super::{leader, learner, Peer, State, Tick};
 use crate::message::{Message, Notification, PeerState, Vote};
 use crate::PeerId;
 

@@ -57,7 +57,11 @@ struct Handle {
 #[derive(Clone, Copy, Debug)]
 enum SyncOrigin {
     Local(u64),
-    Learner { peer: PeerId, session: SessionId, id: u64 },
+    Learner {
+        peer: PeerId,
+        session: SessionId,
+        id: u64,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -174,7 +178,13 @@ impl Peer {
         self.leader_check_connect_quorum();
     }
 
-    pub(super) fn leader_on_session(&mut self, from: PeerId, session: SessionId, seq: u64, msg: SessionMsg) {
+    pub(super) fn leader_on_session(
+        &mut self,
+        from: PeerId,
+        session: SessionId,
+        seq: u64,
+        msg: SessionMsg,
+    ) {
         if let SessionMsg::FollowerInfo {
             kind,
             accepted_epoch,
@@ -229,12 +239,25 @@ impl Peer {
         }
     }
 
-    fn leader_on_follower_info(&mut self, from: PeerId, session: SessionId, kind: LearnerKind, accepted: Epoch) {
+    fn leader_on_follower_info(
+        &mut self,
+        from: PeerId,
+        session: SessionId,
+        kind: LearnerKind,
+        accepted: Epoch,
+    ) {
         if kind == LearnerKind::Observer {
             let msg = SessionMsg::Reject {
                 reason: RejectReason::Unsupported,
             };
-            self.send(from, Message::Session { session, seq: 0, msg });
+            self.send(
+                from,
+                Message::Session {
+                    session,
+                    seq: 0,
+                    msg,
+                },
+            );
             return;
         }
         // A voter that promised a later epoch (to a leader attempt that failed)
@@ -363,7 +386,13 @@ impl Peer {
         self.leader_check_epoch_ack_quorum();
     }
 
-    fn leader_on_ack_epoch(&mut self, from: PeerId, current: Epoch, last: Zxid, epoch_ends: Vec<Zxid>) {
+    fn leader_on_ack_epoch(
+        &mut self,
+        from: PeerId,
+        current: Epoch,
+        last: Zxid,
+        epoch_ends: Vec<Zxid>,
+    ) {
         let voter = self.is_voter(from);
         let l = self.ld();
         let Some(h) = l.learners.get_mut(&from) else {
@@ -452,9 +481,8 @@ impl Peer {
     /// snapshot (newer than that point) loses nothing committed.
     fn sync_plan(&self, peer_last: Zxid, epoch_ends: &[Zxid]) -> (SessionMsg, Zxid) {
         let last = self.written_last();
-        let in_window = |z: Zxid| {
-            z == self.log_base || self.log.binary_search_by(|e| e.zxid.cmp(&z)).is_ok()
-        };
+        let in_window =
+            |z: Zxid| z == self.log_base || self.log.binary_search_by(|e| e.zxid.cmp(&z)).is_ok();
         if peer_last == last || in_window(peer_last) {
             return (SessionMsg::Diff { leader_last: last }, peer_last);
         }
@@ -555,9 +583,10 @@ impl Peer {
                 }
                 self.to_learner(from, SessionMsg::UpToDate { committed });
             }
-            Phase::Discovery | Phase::EpochPersisting | Phase::AckEpochs | Phase::CurrentPersisting => {
-                self.drop_learner(from, RejectReason::Protocol)
-            }
+            Phase::Discovery
+            | Phase::EpochPersisting
+            | Phase::AckEpochs
+            | Phase::CurrentPersisting => self.drop_learner(from, RejectReason::Protocol),
         }
     }
 
@@ -572,7 +601,10 @@ impl Peer {
 
     /// A quorum holds the leader's initial history durably: it is committed.
     fn leader_establish(&mut self) {
-        assert!(self.storage_idle(), "nothing is written between discovery and establishment");
+        assert!(
+            self.storage_idle(),
+            "nothing is written between discovery and establishment"
+        );
         let last = self.written_last();
         let l = self.ld();
         let epoch = l.epoch;
@@ -857,8 +889,11 @@ impl Peer {
         let now = self.now;
         let quorum = self.cfg.quorum();
         let voters = self.cfg.voters.clone();
-        let (init_limit, sync_limit, ping_interval) =
-            (self.cfg.init_limit, self.cfg.sync_limit, self.cfg.ping_interval);
+        let (init_limit, sync_limit, ping_interval) = (
+            self.cfg.init_limit,
+            self.cfg.sync_limit,
+            self.cfg.ping_interval,
+        );
         let l = self.ld_ref();
         if l.phase != Phase::Broadcast && now > l.deadline {
             self.go_looking();

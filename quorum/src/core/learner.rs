@@ -137,7 +137,13 @@ impl Peer {
         self.go_looking();
     }
 
-    pub(super) fn learner_on_session(&mut self, from: PeerId, session: SessionId, seq: u64, msg: SessionMsg) {
+    pub(super) fn learner_on_session(
+        &mut self,
+        from: PeerId,
+        session: SessionId,
+        seq: u64,
+        msg: SessionMsg,
+    ) {
         let now = self.now;
         let f = self.fl();
         if from != f.leader || session != f.session {
@@ -228,7 +234,10 @@ impl Peer {
         // I1 (ZOOKEEPER-5094, 4882): ACKEPOCH reports the durable log, and it is
         // sent only when nothing is in flight, so the log the leader syncs from
         // is exactly the log on disk.
-        assert!(self.durable.epochs.accepted >= epoch, "acceptedEpoch durable before ACKEPOCH");
+        assert!(
+            self.durable.epochs.accepted >= epoch,
+            "acceptedEpoch durable before ACKEPOCH"
+        );
         assert!(
             self.durable.last == self.written_last() && self.blocked.is_empty(),
             "I1: ACKEPOCH claims only durable history"
@@ -269,14 +278,18 @@ impl Peer {
         let (mode, last) = match msg {
             SessionMsg::Diff { .. } => (Mode::Diff, self.written_last()),
             SessionMsg::Trunc { to } => {
-                let in_log = to == self.log_base || self.log.binary_search_by(|e| e.zxid.cmp(&to)).is_ok();
+                let in_log =
+                    to == self.log_base || self.log.binary_search_by(|e| e.zxid.cmp(&to)).is_ok();
                 // A TRUNC below what is known committed, or outside the log, is a
                 // broken leader or stream: refuse it (CommittedLogDurability).
                 if to < self.commit_known || to > self.written_last() || !in_log {
                     self.learner_protocol_error();
                     return;
                 }
-                self.issue(StorageCmd::TruncateAfter(to), Effect::Truncate { after: to });
+                self.issue(
+                    StorageCmd::TruncateAfter(to),
+                    Effect::Truncate { after: to },
+                );
                 while self.log.back().is_some_and(|e| e.zxid > to) {
                     self.log.pop_back();
                 }
@@ -431,7 +444,8 @@ impl Peer {
         if f.syncs_waiting.is_empty() {
             return;
         }
-        let (done, keep): (Vec<_>, Vec<_>) = f.syncs_waiting.drain(..).partition(|(_, z)| *z <= applied);
+        let (done, keep): (Vec<_>, Vec<_>) =
+            f.syncs_waiting.drain(..).partition(|(_, z)| *z <= applied);
         f.syncs_waiting = keep;
         for (id, zxid) in done {
             self.out.push(Output::SyncDone { id, zxid });
@@ -439,7 +453,12 @@ impl Peer {
     }
 
     pub(super) fn learner_leave(&mut self, f: Learner) {
-        for id in f.syncs_sent.iter().copied().chain(f.syncs_waiting.iter().map(|(id, _)| *id)) {
+        for id in f
+            .syncs_sent
+            .iter()
+            .copied()
+            .chain(f.syncs_waiting.iter().map(|(id, _)| *id))
+        {
             self.out.push(Output::SyncFailed {
                 id,
                 error: ReplicateError::LostQuorum,

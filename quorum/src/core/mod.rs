@@ -306,10 +306,23 @@ pub enum CoreError {
 /// What becomes durable when a storage command completes.
 #[derive(Clone, Debug)]
 enum Effect {
-    Append { last: Zxid, ends_with_rollover: bool },
-    Truncate { after: Zxid },
-    Snapshot { zxid: Zxid, data: Bytes },
-    Epochs { epochs: Epochs, fence: Option<Zxid> },
+    /// `ackable`: the last entry that may be acknowledged once durable (all but
+    /// a trailing rollover proposal, which waits for its fence).
+    Append {
+        last: Zxid,
+        ackable: Option<Zxid>,
+    },
+    Truncate {
+        after: Zxid,
+    },
+    Snapshot {
+        zxid: Zxid,
+        data: Bytes,
+    },
+    Epochs {
+        epochs: Epochs,
+        fence: Option<Zxid>,
+    },
     Marker,
 }
 
@@ -556,7 +569,10 @@ impl Peer {
 
     fn save_epochs(&mut self, epochs: Epochs, fence: Option<Zxid>) {
         self.written_epochs = epochs;
-        self.issue(StorageCmd::SaveEpochs(epochs), Effect::Epochs { epochs, fence });
+        self.issue(
+            StorageCmd::SaveEpochs(epochs),
+            Effect::Epochs { epochs, fence },
+        );
     }
 
     fn on_storage_done(&mut self, op: OpId) {
@@ -572,13 +588,10 @@ impl Peer {
 
     fn apply_effect(&mut self, effect: Effect) {
         match effect {
-            Effect::Append {
-                last,
-                ends_with_rollover,
-            } => {
+            Effect::Append { last, ackable } => {
                 self.durable.last = last;
-                if !ends_with_rollover {
-                    self.durable.ackable = last;
+                if let Some(a) = ackable {
+                    self.durable.ackable = self.durable.ackable.max(a);
                 }
             }
             Effect::Truncate { after } => {
@@ -664,12 +677,14 @@ impl Peer {
 
     fn issue_append(&mut self, entries: Vec<Entry>, ends_with_rollover: bool) {
         let last = entries.last().expect("non-empty append").zxid;
+        let ackable = if ends_with_rollover {
+            entries.len().checked_sub(2).map(|i| entries[i].zxid)
+        } else {
+            Some(last)
+        };
         self.issue(
             StorageCmd::Append(entries),
-            Effect::Append {
-                last,
-                ends_with_rollover,
-            },
+            Effect::Append { last, ackable },
         );
     }
 
