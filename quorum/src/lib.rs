@@ -35,9 +35,13 @@
 #![deny(missing_docs)]
 
 pub mod core;
+pub mod driver;
 pub mod message;
 mod replicator;
+pub mod storage;
+pub mod transport;
 
+pub use driver::{DriverConfig, ZabReplicator};
 pub use replicator::{
     CommitStream, Committed, PeerId, Proposal, ReplicateError, Replicator, Role, SyncBarrier,
 };
