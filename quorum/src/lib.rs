@@ -36,6 +36,7 @@
 
 pub mod core;
 pub mod driver;
+pub mod grpc;
 pub mod message;
 mod replicator;
 pub mod storage;
