@@ -76,8 +76,8 @@ fn faults_are_injected() {
     let mut syncs = [0u64; 3];
     for seed in 0..40 {
         let r = run(seed, &opts(3)).expect("passes");
-        for k in 0..3 {
-            syncs[k] += r.syncs[k];
+        for (total, n) in syncs.iter_mut().zip(r.syncs) {
+            *total += n;
         }
     }
     assert!(

@@ -158,7 +158,7 @@ impl Peer {
     }
 
     /// Sends a session message to a learner, numbering it.
-    fn to_learner(&mut self, id: PeerId, msg: SessionMsg) {
+    fn send_learner(&mut self, id: PeerId, msg: SessionMsg) {
         let Some(h) = self.ld().learners.get_mut(&id) else {
             return;
         };
@@ -168,7 +168,7 @@ impl Peer {
     }
 
     fn drop_learner(&mut self, id: PeerId, reason: RejectReason) {
-        self.to_learner(id, SessionMsg::Reject { reason });
+        self.send_learner(id, SessionMsg::Reject { reason });
         self.ld().learners.remove(&id);
     }
 
@@ -309,7 +309,7 @@ impl Peer {
             h.offered = offer;
             h.phase = HPhase::EpochSent;
         }
-        self.to_learner(
+        self.send_learner(
             id,
             SessionMsg::LeaderInfo {
                 epoch: offer,
@@ -519,9 +519,9 @@ impl Peer {
             .filter(|e| e.zxid > after)
             .cloned()
             .collect();
-        self.to_learner(id, mode);
+        self.send_learner(id, mode);
         for chunk in entries.chunks(self.cfg.batch_entries_max.max(1)) {
-            self.to_learner(
+            self.send_learner(
                 id,
                 SessionMsg::Proposal {
                     entries: chunk.to_vec(),
@@ -535,9 +535,9 @@ impl Peer {
         // old rollover proposal's gate, entries its NEWLEADER ACK must cover.
         let upto = self.known_committed_prefix().max(self.ld_ref().commit);
         if upto > Zxid::ZERO {
-            self.to_learner(id, SessionMsg::Commit { upto });
+            self.send_learner(id, SessionMsg::Commit { upto });
         }
-        self.to_learner(id, SessionMsg::NewLeader { epoch: offered });
+        self.send_learner(id, SessionMsg::NewLeader { epoch: offered });
         if let Some(h) = self.ld().learners.get_mut(&id) {
             h.phase = HPhase::Synced;
         }
@@ -581,7 +581,7 @@ impl Peer {
                 if let Some(h) = l.learners.get_mut(&from) {
                     h.phase = HPhase::UpToDate;
                 }
-                self.to_learner(from, SessionMsg::UpToDate { committed });
+                self.send_learner(from, SessionMsg::UpToDate { committed });
             }
             Phase::Discovery
             | Phase::EpochPersisting
@@ -623,7 +623,7 @@ impl Peer {
             if let Some(h) = self.ld().learners.get_mut(&id) {
                 h.phase = HPhase::UpToDate;
             }
-            self.to_learner(id, SessionMsg::UpToDate { committed: last });
+            self.send_learner(id, SessionMsg::UpToDate { committed: last });
         }
         self.raise_commit_known(last);
         self.apply_enabled = true;
@@ -686,7 +686,7 @@ impl Peer {
             .collect();
         for id in targets {
             for chunk in entries.chunks(self.cfg.batch_entries_max.max(1)) {
-                self.to_learner(
+                self.send_learner(
                     id,
                     SessionMsg::Proposal {
                         entries: chunk.to_vec(),
@@ -745,7 +745,7 @@ impl Peer {
             .map(|(id, _)| *id)
             .collect();
         for id in targets {
-            self.to_learner(id, SessionMsg::Commit { upto: candidate });
+            self.send_learner(id, SessionMsg::Commit { upto: candidate });
         }
         self.raise_commit_known(candidate);
         self.leader_note_rollovers(old, candidate);
@@ -785,7 +785,7 @@ impl Peer {
         let id = l.ping_id;
         let targets: Vec<PeerId> = l.learners.keys().copied().collect();
         for t in targets {
-            self.to_learner(t, SessionMsg::Ping { id });
+            self.send_learner(t, SessionMsg::Ping { id });
         }
         id
     }
@@ -872,7 +872,7 @@ impl Peer {
                         .get(&peer)
                         .is_some_and(|h| h.session == session);
                     if same {
-                        self.to_learner(
+                        self.send_learner(
                             peer,
                             SessionMsg::SyncReply {
                                 id,

@@ -113,7 +113,7 @@ impl Peer {
         }
     }
 
-    fn to_leader(&mut self, msg: SessionMsg) {
+    fn send_leader(&mut self, msg: SessionMsg) {
         let f = self.fl();
         let (to, session, seq) = (f.leader, f.session, f.seq_out);
         f.seq_out += 1;
@@ -125,7 +125,7 @@ impl Peer {
         let accepted = self.durable.epochs.accepted;
         // I1: FOLLOWERINFO carries the durable acceptedEpoch.
         assert_eq!(accepted, self.durable.epochs.accepted);
-        self.to_leader(SessionMsg::FollowerInfo {
+        self.send_leader(SessionMsg::FollowerInfo {
             kind: LearnerKind::Participant,
             accepted_epoch: accepted,
         });
@@ -175,7 +175,7 @@ impl Peer {
             SessionMsg::UpToDate { committed } if phase == Phase::Synced => {
                 self.learner_on_up_to_date(committed)
             }
-            SessionMsg::Ping { id } => self.to_leader(SessionMsg::Pong { id }),
+            SessionMsg::Ping { id } => self.send_leader(SessionMsg::Pong { id }),
             SessionMsg::SyncReply { id, zxid } if phase == Phase::UpToDate => {
                 if self.fl().syncs_sent.remove(&id) {
                     self.fl().syncs_waiting.push((id, zxid));
@@ -245,7 +245,7 @@ impl Peer {
         let (current_epoch, last_zxid) = (self.durable.epochs.current, self.durable.last);
         let epoch_ends = self.epoch_ends();
         self.fl().phase = Phase::AwaitSync;
-        self.to_leader(SessionMsg::AckEpoch {
+        self.send_leader(SessionMsg::AckEpoch {
             current_epoch,
             last_zxid,
             epoch_ends,
@@ -376,7 +376,7 @@ impl Peer {
             "I1: the NEWLEADER ACK covers only durable history (ZOOKEEPER-4646)"
         );
         self.fl().phase = Phase::Synced;
-        self.to_leader(SessionMsg::AckNewLeader { epoch });
+        self.send_leader(SessionMsg::AckNewLeader { epoch });
         self.learner_maybe_ack();
     }
 
@@ -391,7 +391,7 @@ impl Peer {
         // I1: an ACK covers only what is durable (and fenced, for a rollover).
         assert!(upto <= self.durable.last, "I1: ACK beyond the durable log");
         self.fl().ack_sent = upto;
-        self.to_leader(SessionMsg::Ack { upto });
+        self.send_leader(SessionMsg::Ack { upto });
     }
 
     pub(super) fn learner_after_storage(&mut self) {
@@ -435,7 +435,7 @@ impl Peer {
 
     pub(super) fn learner_local_sync(&mut self, id: u64) {
         self.fl().syncs_sent.insert(id);
-        self.to_leader(SessionMsg::SyncRequest { id });
+        self.send_leader(SessionMsg::SyncRequest { id });
     }
 
     pub(super) fn learner_check_syncs(&mut self) {

@@ -468,7 +468,7 @@ fn single_voter_commits_and_rolls_over() {
     c.counter_limit = CounterLimit::new(2);
     let (mut p, mut out) = Peer::new(c, Recovered::default(), Tick(0)).expect("starts");
     let mut t = 1;
-    let mut drain = |p: &mut Peer, out: Vec<Output>, t: &mut u64| -> Vec<Output> {
+    let drain = |p: &mut Peer, out: Vec<Output>, t: &mut u64| -> Vec<Output> {
         let mut all = Vec::new();
         let mut pending = out;
         loop {
