@@ -11,6 +11,12 @@
 //! epoch rollover of invariant I3. It owns no socket, file or clock, which is what
 //! lets `rzk-sim` run it under a simulated network, disk and clock.
 //!
+//! Around it: [`driver::ZabReplicator`] runs a peer on tokio and implements
+//! [`Replicator`]; [`transport`] has the [`transport::Transport`] trait and an
+//! in-memory network; [`grpc`] the tonic transport; [`storage`] the storage
+//! trait the driver needs (an `rzk-wal` implementation is not written yet: that
+//! crate has not landed).
+//!
 //! ```
 //! use rzk_quorum::core::{Config, Input, Output, Peer, Recovered, Tick};
 //! use rzk_quorum::PeerId;
