@@ -248,3 +248,79 @@ async fn three_replicas_over_grpc_commit_and_fail_over() {
         .expect("committed");
     assert!(z > *acked.last().unwrap());
 }
+
+#[test]
+fn too_many_epoch_ends_are_refused() {
+    let m = pb::Msg {
+        kind: Some(pb::msg::Kind::Session(pb::Session {
+            session: 1,
+            seq: 0,
+            msg: Some(pb::session::Msg::AckEpoch(pb::AckEpoch {
+                current_epoch: 1,
+                last_zxid: 1,
+                epoch_ends: vec![1; rzk_quorum::message::EPOCH_ENDS_MAX + 1],
+            })),
+        })),
+    };
+    assert_eq!(
+        from_proto(m),
+        Err(DecodeError::Invalid("AckEpoch.epoch_ends"))
+    );
+}
+
+/// `message_bytes_max`: a message over the limit is dropped (the session it
+/// belongs to resynchronises), and the connection goes on carrying the rest.
+#[tokio::test]
+async fn a_message_over_the_size_limit_is_dropped_and_traffic_continues() {
+    use rzk_quorum::transport::Transport;
+    let (mut ls, addrs) = listeners(2).await;
+    let mut cfg1 = GrpcConfig::new(PeerId(1), addrs.clone());
+    let mut cfg2 = GrpcConfig::new(PeerId(2), addrs.clone());
+    cfg1.message_bytes_max = 4096;
+    cfg2.message_bytes_max = 4096;
+    let (_t1, mut inbox1) = GrpcTransport::start(cfg1, ls.remove(0)).unwrap();
+    let (t2, _inbox2) = GrpcTransport::start(cfg2, ls.remove(0)).unwrap();
+    let small = |seq| Message::Session {
+        session: SessionId(1),
+        seq,
+        msg: SessionMsg::Ping { id: seq },
+    };
+    // Wait until the stream is up (peer 2 dials peer 1).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        t2.send(PeerId(1), small(0));
+        if let Ok(Some((from, _))) =
+            tokio::time::timeout(Duration::from_millis(50), inbox1.recv()).await
+        {
+            assert_eq!(from, PeerId(2));
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no connection");
+    }
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(100), inbox1.recv()).await {}
+    let big = Message::Session {
+        session: SessionId(1),
+        seq: 1,
+        msg: SessionMsg::Snap {
+            zxid: Zxid::ZERO,
+            data: Bytes::from(vec![0u8; 64 * 1024]),
+        },
+    };
+    t2.send(PeerId(1), big);
+    // The oversized batch breaks its stream; the dialer reconnects and later
+    // messages flow again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        t2.send(PeerId(1), small(2));
+        if let Ok(Some((_, m))) =
+            tokio::time::timeout(Duration::from_millis(50), inbox1.recv()).await
+        {
+            assert_eq!(m, small(2), "the oversized message is never delivered");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "traffic did not resume"
+        );
+    }
+}

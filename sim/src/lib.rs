@@ -127,6 +127,8 @@ pub struct Failure {
     pub at_ms: u64,
     /// The last events before it, and each peer's state.
     pub trace: Vec<String>,
+    /// The command that replays this run.
+    pub replay: String,
 }
 
 impl std::fmt::Display for Failure {
@@ -139,11 +141,7 @@ impl std::fmt::Display for Failure {
         for line in &self.trace {
             writeln!(f, "  {line}")?;
         }
-        write!(
-            f,
-            "replay: cargo run -p rzk-sim --release -- --seed {}",
-            self.seed
-        )
+        write!(f, "replay: {}", self.replay)
     }
 }
 
@@ -277,11 +275,26 @@ pub fn run(seed: u64, opts: &Options) -> Result<Report, Box<Failure>> {
                     None => format!("state {:?} down, disk last {}", n.id, n.disk.last()),
                 });
             }
+            let mut replay = format!(
+                "cargo run -p rzk-sim --release -- --seed {seed} --nodes {} --fault-ms {}",
+                opts.nodes, opts.fault_ms
+            );
+            if let Some(l) = opts.counter_limit {
+                replay.push_str(&format!(" --limit {l}"));
+            }
+            if opts.bugs.keep_memory_after_interrupted_trunc {
+                replay.push_str(" --bug-5094");
+            }
+            if !opts.check_claims {
+                replay.push_str(" --no-claims-check");
+            }
+            replay.push_str(" --trace 5000");
             Err(Box::new(Failure {
                 seed,
                 violation: v,
                 at_ms: w.now,
                 trace,
+                replay,
             }))
         }
     }
