@@ -14,8 +14,9 @@
 //! Around it: [`driver::ZabReplicator`] runs a peer on tokio and implements
 //! [`Replicator`]; [`transport`] has the [`transport::Transport`] trait and an
 //! in-memory network; [`grpc`] the tonic transport; [`storage`] the storage
-//! trait the driver needs (an `rzk-wal` implementation is not written yet: that
-//! crate has not landed).
+//! trait the driver needs, implemented on `rzk-wal` by [`wal_storage::WalStorage`].
+//! Standalone mode is [`standalone::QuorumOfOne`] on `rzk-wal` (commit = durable
+//! in the local log, group-committed).
 //!
 //! ```
 //! use rzk_quorum::core::{Config, Input, Output, Peer, Recovered, Tick};
@@ -45,6 +46,7 @@ pub mod driver;
 pub mod grpc;
 pub mod message;
 mod replicator;
+pub mod standalone;
 pub mod storage;
 pub mod transport;
 
@@ -52,3 +54,4 @@ pub use driver::{DriverConfig, ZabReplicator};
 pub use replicator::{
     CommitStream, Committed, PeerId, Proposal, ReplicateError, Replicator, Role, SyncBarrier,
 };
+pub use standalone::{QuorumOfOne, StandaloneError, StandaloneOptions};
