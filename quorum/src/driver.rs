@@ -8,6 +8,7 @@
 //! millisecond since start.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +34,9 @@ pub struct DriverConfig {
     pub tick_interval: Duration,
     /// Most proposals handed to the core in one step (one batch, one append).
     pub propose_batch_max: usize,
+    /// Proposals accepted but not yet resolved; beyond it `propose` fails at
+    /// once with [`ReplicateError::Overloaded`].
+    pub proposals_in_flight_max: usize,
 }
 
 impl DriverConfig {
@@ -42,6 +46,7 @@ impl DriverConfig {
             core,
             tick_interval: Duration::from_millis(5),
             propose_batch_max: 1024,
+            proposals_in_flight_max: 100_000,
         }
     }
 }
@@ -68,6 +73,9 @@ enum Done {
 struct Shared {
     role: Mutex<(Role, Option<PeerId>)>,
     commits: Mutex<Option<CommitStream>>,
+    /// Proposals accepted by `propose` and not yet resolved.
+    in_flight: AtomicUsize,
+    in_flight_max: usize,
 }
 
 /// A ZAB replica: a [`Peer`] driven on tokio. Implements [`Replicator`].
@@ -104,6 +112,8 @@ impl ZabReplicator {
         let shared = Arc::new(Shared {
             role: Mutex::new((Role::Looking, None)),
             commits: Mutex::new(Some(CommitStream::unbounded(commit_rx))),
+            in_flight: AtomicUsize::new(0),
+            in_flight_max: cfg.propose_batch_max.max(cfg.proposals_in_flight_max),
         });
         let (cmds, cmd_rx) = mpsc::unbounded_channel();
         let mut d = Driver {
@@ -118,6 +128,8 @@ impl ZabReplicator {
             syncs: BTreeMap::new(),
             next_id: 1,
             batch_max: cfg.propose_batch_max.max(1),
+            serving: false,
+            last_delivered: Zxid::ZERO,
         };
         d.carry_out(first);
         let task = tokio::spawn(d.run(cmd_rx, inbox, done_rx, cfg.tick_interval));
@@ -154,6 +166,11 @@ impl Drop for ZabReplicator {
 
 impl Replicator for ZabReplicator {
     fn propose(&self, txn: Bytes) -> Proposal {
+        let max = self.shared.in_flight_max;
+        if self.shared.in_flight.fetch_add(1, Ordering::AcqRel) >= max {
+            self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Proposal::failed(ReplicateError::Overloaded { in_flight_max: max });
+        }
         self.request(|r| Cmd::Propose(txn, r))
     }
 
@@ -243,6 +260,10 @@ struct Driver<T: Transport> {
     syncs: BTreeMap<u64, Reply>,
     next_id: u64,
     batch_max: usize,
+    /// Whether the state machine has been told it is current (UpToDate) since
+    /// this peer last became a serving leader or follower.
+    serving: bool,
+    last_delivered: Zxid,
 }
 
 impl<T: Transport> Driver<T> {
@@ -336,7 +357,13 @@ impl<T: Transport> Driver<T> {
         self.carry_out(out);
     }
 
+    fn resolve(&self, reply: Reply, result: Result<Zxid, ReplicateError>) {
+        self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let _ = reply.send(result);
+    }
+
     fn carry_out(&mut self, out: Vec<Output>) {
+        let mut became_serving = false;
         for o in out {
             match o {
                 Output::Send { to, msg } => self.transport.send(to, msg),
@@ -344,13 +371,15 @@ impl<T: Transport> Driver<T> {
                     let _ = self.store_tx.send(StoreReq::Cmd(op, cmd));
                 }
                 Output::ApplySnapshot { zxid, data } => {
+                    self.last_delivered = zxid;
                     let _ = self.commit_tx.send(Committed::Snapshot { zxid, data });
                 }
                 Output::Apply(entries) => {
                     for e in entries {
                         if let Some(reply) = self.by_zxid.remove(&e.zxid) {
-                            let _ = reply.send(Ok(e.zxid));
+                            self.resolve(reply, Ok(e.zxid));
                         }
+                        self.last_delivered = e.zxid;
                         let _ = self.commit_tx.send(Committed::Txn {
                             zxid: e.zxid,
                             payload: e.payload,
@@ -364,7 +393,7 @@ impl<T: Transport> Driver<T> {
                 }
                 Output::ProposeFailed { id, error } => {
                     if let Some(reply) = self.waiting.remove(&id) {
-                        let _ = reply.send(Err(error));
+                        self.resolve(reply, Err(error));
                     }
                 }
                 Output::SyncDone { id, zxid } => {
@@ -379,24 +408,39 @@ impl<T: Transport> Driver<T> {
                 }
                 Output::RoleChanged { role, leader, .. } => {
                     *self.shared.role.lock().expect("not poisoned") = (role, leader);
-                    if role == Role::Looking {
-                        // The proposals may still commit under the next leader; the
-                        // caller cannot tell (ReplicateError::LostQuorum says so).
-                        for (_, reply) in std::mem::take(&mut self.by_zxid) {
-                            let _ = reply.send(Err(ReplicateError::LostQuorum));
+                    match role {
+                        Role::Looking => {
+                            self.serving = false;
+                            // The proposals may still commit under the next leader;
+                            // the caller cannot tell (LostQuorum says so).
+                            for (_, reply) in std::mem::take(&mut self.by_zxid) {
+                                self.resolve(reply, Err(ReplicateError::LostQuorum));
+                            }
+                        }
+                        Role::Leader | Role::Follower | Role::Observer => {
+                            became_serving |= !self.serving;
                         }
                     }
                 }
             }
         }
+        if became_serving {
+            // Everything known committed is in the stream (the core applies the
+            // initial history, or the learner's synced history, in the same step):
+            // the state machine is current and may serve.
+            self.serving = true;
+            let _ = self.commit_tx.send(Committed::UpToDate {
+                zxid: self.last_delivered,
+            });
+        }
     }
 
     fn fail_all(&mut self, e: ReplicateError) {
         for (_, r) in std::mem::take(&mut self.waiting) {
-            let _ = r.send(Err(e.clone()));
+            self.resolve(r, Err(e.clone()));
         }
         for (_, r) in std::mem::take(&mut self.by_zxid) {
-            let _ = r.send(Err(e.clone()));
+            self.resolve(r, Err(e.clone()));
         }
         for (_, r) in std::mem::take(&mut self.syncs) {
             let _ = r.send(Err(e.clone()));

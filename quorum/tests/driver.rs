@@ -94,6 +94,9 @@ fn applied(n: &Node) -> Vec<(Zxid, Bytes)> {
                 state = decode(data);
                 assert_eq!(state.last().map(|s| s.0).unwrap_or(Zxid::ZERO), *zxid);
             }
+            Committed::UpToDate { zxid } => {
+                assert_eq!(state.last().map(|s| s.0).unwrap_or(Zxid::ZERO), *zxid);
+            }
             Committed::Txn { zxid, payload } => {
                 if let Some(last) = state.last() {
                     assert!(zxid.is_next(last.0), "{zxid} after {}", last.0);
@@ -259,7 +262,7 @@ async fn oversized_proposal_is_refused() {
     let rep = ZabReplicator::start(DriverConfig::new(c), MemStorage::new(), t, inbox)
         .await
         .unwrap();
-    wait_for("standalone leader", || rep.role() == Role::Leader).await;
+    wait_for("single-voter leader", || rep.role() == Role::Leader).await;
     assert_eq!(
         rep.propose(Bytes::from(vec![0u8; 17])).await,
         Err(ReplicateError::TooLarge {
@@ -268,4 +271,56 @@ async fn oversized_proposal_is_refused() {
         })
     );
     assert!(rep.propose(Bytes::from(vec![0u8; 16])).await.is_ok());
+}
+
+#[tokio::test]
+async fn proposals_beyond_the_in_flight_limit_are_refused() {
+    let net = MemNetwork::new();
+    let (t, inbox) = net.join(PeerId(1));
+    // Three voters of which only one runs: nothing can commit.
+    let mut d = config(PeerId(1));
+    d.proposals_in_flight_max = 2;
+    d.propose_batch_max = 1;
+    let rep = ZabReplicator::start(d, MemStorage::new(), t, inbox)
+        .await
+        .unwrap();
+    let a = rep.propose(Bytes::from_static(b"a"));
+    let b = rep.propose(Bytes::from_static(b"b"));
+    assert_eq!(
+        rep.propose(Bytes::from_static(b"c")).await,
+        Err(ReplicateError::Overloaded { in_flight_max: 2 })
+    );
+    // Not a leader: the two in flight fail, and the slots are free again.
+    assert!(a.await.is_err() && b.await.is_err());
+    assert!(matches!(
+        rep.propose(Bytes::from_static(b"d")).await,
+        Err(ReplicateError::NotLeader { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_says_up_to_date_after_the_synced_history() {
+    let net = MemNetwork::new();
+    let mut nodes = Vec::new();
+    for id in IDS {
+        nodes.push(start(&net, id, MemStorage::new()).await);
+    }
+    wait_for("a leader", || {
+        leader_of(&nodes.iter().collect::<Vec<_>>()).is_some()
+    })
+    .await;
+    for n in &nodes {
+        wait_for("UpToDate on every peer", || {
+            n.seen
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|c| matches!(c, Committed::UpToDate { .. }))
+        })
+        .await;
+        assert!(matches!(
+            n.seen.lock().unwrap()[0],
+            Committed::Snapshot { .. }
+        ));
+    }
 }
