@@ -111,7 +111,8 @@ impl Storage for MemStorage {
                 s.log.clear();
             }
             StorageCmd::SaveEpochs(ep) => s.epochs = ep,
-            StorageCmd::SetSyncMarker(m) => s.sync_in_progress = m,
+            StorageCmd::BeginSync { .. } => s.sync_in_progress = true,
+            StorageCmd::EndSync => s.sync_in_progress = false,
         }
         Ok(())
     }

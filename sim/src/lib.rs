@@ -895,6 +895,15 @@ impl World {
                 disk.log.retain(|e| e.zxid <= z);
             }
             StorageCmd::InstallSnapshot { zxid, data } => {
+                if zxid.epoch() > disk.epochs.accepted {
+                    return Err(violation(
+                        "EpochFence",
+                        format!(
+                            "{id:?} installed a snapshot at {zxid} with acceptedEpoch {}",
+                            disk.epochs.accepted
+                        ),
+                    ));
+                }
                 disk.snapshot = Some((zxid, data));
                 disk.log.clear();
             }
@@ -920,7 +929,8 @@ impl World {
                 }
                 disk.epochs = ep;
             }
-            StorageCmd::SetSyncMarker(m) => disk.marker = m,
+            StorageCmd::BeginSync { .. } => disk.marker = true,
+            StorageCmd::EndSync => disk.marker = false,
         }
         Ok(())
     }

@@ -115,3 +115,17 @@ fn interrupted_trunc_sync_bug_is_caught() {
     ok.bugs = TestBugs::default();
     run(seed, &ok).unwrap_or_else(|f| panic!("{f}"));
 }
+
+/// Found by a long run (seed 206068, counter limit 4): a learner installed a SNAP
+/// whose snapshot lies in an epoch the leader had rolled over to after the
+/// learner accepted the older one, leaving acceptedEpoch behind its history
+/// (EpochFence). Pinned here.
+#[test]
+fn snapshot_from_a_rolled_over_epoch_is_fenced() {
+    let o = Options {
+        nodes: 3,
+        counter_limit: Some(4),
+        ..Options::default()
+    };
+    run(206_068, &o).unwrap_or_else(|f| panic!("{f}"));
+}

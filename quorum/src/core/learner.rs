@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use rzk_zxid::{Epoch, Zxid};
 
-use super::{Effect, Output, Peer, State, StorageCmd, Tick};
+use super::{Effect, Output, Peer, State, StorageCmd, SyncMode, Tick};
 use crate::message::{Entry, LearnerKind, Message, SessionId, SessionMsg, Vote};
 use crate::{PeerId, ReplicateError, Role};
 
@@ -269,12 +269,22 @@ impl Peer {
     }
 
     fn learner_on_sync_mode(&mut self, msg: SessionMsg) {
-        if !self.fl_ref().marker_set {
-            // The marker goes down before the first change to the log, and is
-            // cleared only once the sync is complete and durable.
-            self.issue(StorageCmd::SetSyncMarker(true), Effect::Marker);
-            self.fl().marker_set = true;
-        }
+        let (marker_mode, target) = match &msg {
+            SessionMsg::Diff { leader_last } => (SyncMode::Diff, *leader_last),
+            SessionMsg::Trunc { to } => (SyncMode::Trunc, *to),
+            SessionMsg::Snap { zxid, .. } => (SyncMode::Snap, *zxid),
+            _ => unreachable!("only sync modes are routed here"),
+        };
+        // The marker goes down before the first change to the log, and is
+        // cleared only once the sync is complete and durable.
+        self.issue(
+            StorageCmd::BeginSync {
+                mode: marker_mode,
+                target,
+            },
+            Effect::Marker,
+        );
+        self.fl().marker_set = true;
         let (mode, last) = match msg {
             SessionMsg::Diff { .. } => (Mode::Diff, self.written_last()),
             SessionMsg::Trunc { to } => {
@@ -297,6 +307,15 @@ impl Peer {
                 (Mode::Trunc, to)
             }
             SessionMsg::Snap { zxid, data } => {
+                if zxid.epoch() > self.written_epochs.accepted {
+                    // The snapshot reaches into an epoch the leader rolled over to
+                    // after this session began: persist it first (EpochFence), as
+                    // the write path does for entries.
+                    let mut ep = self.written_epochs;
+                    ep.accepted = zxid.epoch();
+                    ep.accepted_from = Some(self.fl_ref().leader);
+                    self.save_epochs(ep, None);
+                }
                 self.issue(
                     StorageCmd::InstallSnapshot {
                         zxid,
@@ -359,7 +378,7 @@ impl Peer {
         let mut ep = self.written_epochs;
         ep.current = ep.current.max(epoch);
         self.save_epochs(ep, None);
-        self.issue(StorageCmd::SetSyncMarker(false), Effect::Marker);
+        self.issue(StorageCmd::EndSync, Effect::Marker);
         let f = self.fl();
         f.marker_set = false;
         f.phase = Phase::NewLeaderPersisting;

@@ -90,8 +90,28 @@ pub enum StorageCmd {
     },
     /// Persist acceptedEpoch / currentEpoch (atomically).
     SaveEpochs(Epochs),
-    /// Set or clear the sync-in-progress marker.
-    SetSyncMarker(bool),
+    /// Set the sync-in-progress marker, before a learner sync changes anything.
+    /// A TRUNC or SNAP install is only valid under the matching marker.
+    BeginSync {
+        /// DIFF, TRUNC or SNAP.
+        mode: SyncMode,
+        /// The zxid the sync reaches first: the TRUNC point, the snapshot's
+        /// zxid, or (DIFF) the leader's last zxid.
+        target: Zxid,
+    },
+    /// Clear the sync-in-progress marker: the sync is complete and durable.
+    EndSync,
+}
+
+/// The mode of a learner synchronisation (zab-protocol.md §4.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SyncMode {
+    /// Append what the learner lacks.
+    Diff,
+    /// Cut the learner's log back, then append.
+    Trunc,
+    /// Replace the learner's state with a snapshot, then append.
+    Snap,
 }
 
 /// What a peer's durable storage held when it (re)started.
@@ -450,7 +470,7 @@ impl Peer {
             // The last sync was interrupted. Everything this peer will advertise
             // comes from the log just recovered (a prefix of that leader's
             // history, written in order), so the marker can be cleared.
-            peer.issue(StorageCmd::SetSyncMarker(false), Effect::Marker);
+            peer.issue(StorageCmd::EndSync, Effect::Marker);
         }
         peer.go_looking();
         let out = std::mem::take(&mut peer.out);

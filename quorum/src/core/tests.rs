@@ -182,7 +182,16 @@ fn newleader_ack_only_after_log_and_current_epoch_are_durable() {
             leader_last: z(1, 2),
         }),
     );
-    assert_eq!(out, vec![storage(2, StorageCmd::SetSyncMarker(true))]);
+    assert_eq!(
+        out,
+        vec![storage(
+            2,
+            StorageCmd::BeginSync {
+                mode: SyncMode::Diff,
+                target: z(1, 2)
+            }
+        )]
+    );
     let out = p.step(
         Tick(4),
         s.msg(SessionMsg::Proposal {
@@ -209,7 +218,7 @@ fn newleader_ack_only_after_log_and_current_epoch_are_durable() {
                     current: Epoch(2),
                 })
             ),
-            storage(5, StorageCmd::SetSyncMarker(false)),
+            storage(5, StorageCmd::EndSync),
         ]
     );
     assert_eq!(p.step(Tick(6), Input::StorageDone { op: OpId(4) }), vec![]);
@@ -262,7 +271,13 @@ fn interrupted_trunc_sync_discards_memory_state() {
         assert_eq!(
             out,
             vec![
-                storage(2, StorageCmd::SetSyncMarker(true)),
+                storage(
+                    2,
+                    StorageCmd::BeginSync {
+                        mode: SyncMode::Trunc,
+                        target: z(1, 1)
+                    }
+                ),
                 storage(3, StorageCmd::TruncateAfter(z(1, 1))),
             ]
         );
