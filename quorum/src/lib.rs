@@ -49,6 +49,7 @@ mod replicator;
 pub mod standalone;
 pub mod storage;
 pub mod transport;
+pub mod wal_storage;
 
 pub use driver::{DriverConfig, ZabReplicator};
 pub use replicator::{
