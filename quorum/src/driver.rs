@@ -70,7 +70,19 @@ enum Done {
     Failed(StorageError),
 }
 
+/// What a running peer reports about itself (for operators and tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerStats {
+    /// The last durable zxid.
+    pub last_durable: Zxid,
+    /// The last zxid handed to the commit stream.
+    pub applied: Zxid,
+    /// Learner synchronisations started: DIFF, TRUNC, SNAP.
+    pub syncs: [u64; 3],
+}
+
 struct Shared {
+    stats: Mutex<PeerStats>,
     role: Mutex<(Role, Option<PeerId>)>,
     commits: Mutex<Option<CommitStream>>,
     /// Proposals accepted by `propose` and not yet resolved.
@@ -110,6 +122,7 @@ impl ZabReplicator {
         let (store_tx, done_rx) = spawn_storage(storage);
         let (commit_tx, commit_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
+            stats: Mutex::new(PeerStats::default()),
             role: Mutex::new((Role::Looking, None)),
             commits: Mutex::new(Some(CommitStream::unbounded(commit_rx))),
             in_flight: AtomicUsize::new(0),
@@ -139,6 +152,11 @@ impl ZabReplicator {
             shared,
             task: Mutex::new(Some(task)),
         })
+    }
+
+    /// The peer's current statistics.
+    pub fn stats(&self) -> PeerStats {
+        *self.shared.stats.lock().expect("not poisoned")
     }
 
     /// Stops the peer (as a crash would: nothing is flushed specially). Pending
@@ -355,6 +373,11 @@ impl<T: Transport> Driver<T> {
         let now = self.now();
         let out = self.peer.step(now, input);
         self.carry_out(out);
+        *self.shared.stats.lock().expect("not poisoned") = PeerStats {
+            last_durable: self.peer.last_durable_zxid(),
+            applied: self.peer.applied(),
+            syncs: self.peer.sync_counts(),
+        };
     }
 
     fn resolve(&self, reply: Reply, result: Result<Zxid, ReplicateError>) {

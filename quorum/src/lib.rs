@@ -51,7 +51,7 @@ pub mod storage;
 pub mod transport;
 pub mod wal_storage;
 
-pub use driver::{DriverConfig, ZabReplicator};
+pub use driver::{DriverConfig, PeerStats, ZabReplicator};
 pub use replicator::{
     CommitStream, Committed, PeerId, Proposal, ReplicateError, Replicator, Role, SyncBarrier,
 };

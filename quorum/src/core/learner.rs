@@ -285,6 +285,11 @@ impl Peer {
             Effect::Marker,
         );
         self.fl().marker_set = true;
+        self.sync_counts[match marker_mode {
+            SyncMode::Diff => 0,
+            SyncMode::Trunc => 1,
+            SyncMode::Snap => 2,
+        }] += 1;
         let (mode, last) = match msg {
             SessionMsg::Diff { .. } => (Mode::Diff, self.written_last()),
             SessionMsg::Trunc { to } => {

@@ -393,6 +393,8 @@ pub struct Peer {
     apply_enabled: bool,
     /// Election round (logical clock).
     round: u64,
+    /// Learner synchronisations started, by mode: DIFF, TRUNC, SNAP.
+    sync_counts: [u64; 3],
     next_session: u64,
     state: State,
 }
@@ -452,6 +454,7 @@ impl Peer {
             applied: snapshot.0,
             apply_enabled: false,
             round: 0,
+            sync_counts: [0; 3],
             next_session: 1,
             state: State::Looking(Election::placeholder()),
             snapshot: snapshot.clone(),
@@ -534,6 +537,12 @@ impl Peer {
     /// The durable epochs.
     pub fn durable_epochs(&self) -> Epochs {
         self.durable.epochs
+    }
+
+    /// How many learner synchronisations this peer started, by mode: DIFF,
+    /// TRUNC, SNAP.
+    pub fn sync_counts(&self) -> [u64; 3] {
+        self.sync_counts
     }
 
     /// A one-line description of the peer's state, for traces.
