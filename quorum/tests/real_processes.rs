@@ -329,7 +329,7 @@ fn kill_9_leader_then_rejoin_by_diff_trunc_and_snap() {
 #[test]
 #[ignore = "benchmark: run by hand, see BENCHMARKS.md"]
 fn grpc_fsync_bench() {
-    let tmp: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir_in(".").unwrap()).collect();
+    let tmp: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let dirs: Vec<PathBuf> = tmp.iter().map(|t| t.path().to_path_buf()).collect();
     let mut nodes = cluster(&dirs);
     for n in nodes.iter_mut() {
