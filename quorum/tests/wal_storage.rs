@@ -13,6 +13,9 @@ use rzk_zxid::Zxid;
 
 const IDS: [PeerId; 3] = [PeerId(1), PeerId(2), PeerId(3)];
 
+/// A running peer and the zxids its state machine received.
+type Running = (Arc<ZabReplicator>, Arc<Mutex<Vec<Zxid>>>);
+
 async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !cond() {
@@ -24,11 +27,7 @@ async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-async fn start_all(
-    net: &MemNetwork,
-    dirs: &[tempfile::TempDir],
-    boot: u64,
-) -> Vec<(Arc<ZabReplicator>, Arc<Mutex<Vec<Zxid>>>)> {
+async fn start_all(net: &MemNetwork, dirs: &[tempfile::TempDir], boot: u64) -> Vec<Running> {
     let mut out = Vec::new();
     for (i, id) in IDS.iter().enumerate() {
         let mut c = Config::new(*id, IDS);
@@ -83,9 +82,7 @@ async fn commits_survive_a_restart_of_every_peer() {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let net = MemNetwork::new();
     let peers = start_all(&net, &dirs, 1).await;
-    let leader = |ps: &[(Arc<ZabReplicator>, Arc<Mutex<Vec<Zxid>>>)]| {
-        ps.iter().position(|(r, _)| r.role() == Role::Leader)
-    };
+    let leader = |ps: &[Running]| ps.iter().position(|(r, _)| r.role() == Role::Leader);
     wait_for("a leader", || leader(&peers).is_some()).await;
     let l = leader(&peers).unwrap();
     let futs: Vec<_> = (0..50)
