@@ -1,7 +1,15 @@
-//! `rzk-election-client`: An async ZooKeeper client with Curator-style recipes (leader latch, selector, mutex) that survive session loss.
+//! `rzk-election-client`: an async ZooKeeper client with Curator-style recipes (leader
+//! latch, leader selector, mutex) that survive session loss.
 //!
-//! Not built yet: this crate is an empty library that compiles, so the workspace
-//! has its final shape. Its work is tracked in issue 6; nothing here claims a
-//! feature it lacks.
+//! Work in progress: the connection-state machine and the recipe state machines.
 
 #![deny(missing_docs)]
+
+pub mod error;
+pub mod recipe;
+pub mod state;
+pub mod types;
+
+pub use error::{Error, Result};
+pub use state::{ConnectionState, StateStream};
+pub use types::{FencingToken, SessionId, Stat};
