@@ -245,9 +245,11 @@ struct SubInner {
     closed: bool,
 }
 
-/// Fans published states out to subscribers.
+/// Fans published states out to subscribers, in order, none dropped. The client owns
+/// one; an implementer of [`RecipeOps`](crate::recipe::RecipeOps) over another
+/// transport can use it too.
 #[derive(Debug, Default)]
-pub(crate) struct StateHub {
+pub struct StateHub {
     inner: Mutex<HubInner>,
 }
 
@@ -266,7 +268,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl StateHub {
     /// Publish states in order to every live subscriber.
-    pub(crate) fn publish(&self, states: &[ConnectionState]) {
+    pub fn publish(&self, states: &[ConnectionState]) {
         if states.is_empty() {
             return;
         }
@@ -296,7 +298,7 @@ impl StateHub {
 
     /// The current state and a stream of every state published after it, taken
     /// atomically so that nothing falls between the two.
-    pub(crate) fn subscribe(&self) -> (Option<ConnectionState>, StateStream) {
+    pub fn subscribe(&self) -> (Option<ConnectionState>, StateStream) {
         let mut hub = lock(&self.inner);
         let sub = Arc::new(SubQueue::default());
         if hub.closed {
@@ -308,7 +310,7 @@ impl StateHub {
     }
 
     /// End every stream after the states already queued.
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         let mut hub = lock(&self.inner);
         hub.closed = true;
         for weak in hub.subscribers.drain(..) {
