@@ -5,6 +5,7 @@
 
 #![deny(missing_docs)]
 
+pub mod client;
 pub mod error;
 pub mod recipe;
 pub mod state;

@@ -1,0 +1,4 @@
+//! The network client.
+
+pub mod config;
+pub mod watches;
