@@ -11,6 +11,10 @@ pub mod recipe;
 pub mod state;
 pub mod types;
 
+pub use client::config::ClientConfig;
+pub use client::watches::{EventKind, PersistentMode, WatchEvent};
+pub use client::{Client, OneShotWatch, Op, OpResult, PersistentWatch, ReadOp, ReadResult};
 pub use error::{Error, Result};
+pub use rzk_wire::{Acl, ClientInfo, CreateMode, ErrorCode, Id, Perms, WatcherType};
 pub use state::{ConnectionState, StateStream};
 pub use types::{FencingToken, SessionId, Stat};

@@ -29,6 +29,10 @@ pub struct ClientConfig {
     pub read_only_allowed: bool,
     /// Shuffle the host list (off only for tests that need a fixed order).
     pub shuffle_hosts: bool,
+    /// Attach to this existing session (id, password) instead of creating one — how a
+    /// test ends another client's session on the server (attach, then close), and how
+    /// a process hands its session over.
+    pub resume: Option<(crate::types::SessionId, Bytes)>,
 }
 
 impl ClientConfig {
@@ -45,6 +49,7 @@ impl ClientConfig {
             auth: Vec::new(),
             read_only_allowed: false,
             shuffle_hosts: true,
+            resume: None,
         })
     }
 
@@ -91,7 +96,7 @@ pub fn parse_connect_string(s: &str) -> Result<(Vec<String>, Option<String>)> {
     let chroot = match chroot {
         None | Some("/") => None,
         Some(c) => {
-            validate_path(c)?;
+            validate_path(c).map_err(|e| Error::Config(e.to_string()))?;
             Some(c.to_owned())
         }
     };
@@ -100,7 +105,12 @@ pub fn parse_connect_string(s: &str) -> Result<(Vec<String>, Option<String>)> {
 
 /// Check a path the way ZooKeeper clients do before sending it.
 pub fn validate_path(path: &str) -> Result<()> {
-    let bad = |why: &str| Err(Error::Config(format!("invalid path {path:?}: {why}")));
+    let bad = |reason: &'static str| {
+        Err(Error::InvalidPath {
+            path: path.to_owned(),
+            reason,
+        })
+    };
     if !path.starts_with('/') {
         return bad("must start with /");
     }

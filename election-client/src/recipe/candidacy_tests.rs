@@ -562,7 +562,7 @@ fn backoff_grows_and_is_capped() {
         let out = h.done(
             create.0,
             OpResult::Created(Err(Error::Server {
-                code: -1,
+                code: rzk_wire::ErrorCode::SystemError,
                 path: PARENT.into(),
             })),
         );
