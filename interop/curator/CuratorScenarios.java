@@ -207,7 +207,11 @@ public class CuratorScenarios {
             waitFor(3L * SESSION_MS, () -> latches.stream().anyMatch(LeaderLatch::hasLeadership));
             int leader = -1;
             for (int i = 0; i < n; i++) if (latches.get(i).hasLeadership()) leader = i;
-            if (leader < 0) { log("round %d: no leader at all", r); continue; }
+            if (leader < 0) {
+                log("round %d: no leader at all after %d ms; stopping (every latch is idle)", r, 3 * SESSION_MS);
+                worstHandover = Long.MAX_VALUE;
+                break;
+            }
             long t0 = System.nanoTime();
             final int old = leader;
             if (rnd.nextBoolean()) {

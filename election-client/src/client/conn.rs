@@ -220,7 +220,12 @@ impl Conn {
             if failures > 0 && failures as usize % self.hosts.len() == 0 {
                 // A whole round of hosts failed: pause before the next round.
                 let exp = (failures as usize / self.hosts.len()).min(6) as u32;
-                let pause = (RECONNECT_PAUSE_MIN * 2u32.pow(exp)).min(RECONNECT_PAUSE_MAX);
+                // Never more than an eighth of the session timeout: a pause must not
+                // be what makes a session expire.
+                let cap = RECONNECT_PAUSE_MAX
+                    .min(self.cfg.session_timeout / 8)
+                    .max(RECONNECT_PAUSE_MIN);
+                let pause = (RECONNECT_PAUSE_MIN * 2u32.pow(exp)).min(cap);
                 self.pause(pause).await;
             }
         }

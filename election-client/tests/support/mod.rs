@@ -217,14 +217,30 @@ pub async fn connect(connect: &str, session_ms: u64) -> Client {
 /// and password, then close that one (Curator 2's KillSession). The victim learns of it
 /// on its next contact.
 pub async fn expire_session(server: &str, victim: &Client) {
-    let (id, passwd) = victim.session_credentials().expect("victim is connected");
-    let mut cfg = config(server, 10_000);
-    cfg.resume = Some((id, passwd));
-    let killer = Client::connect(cfg)
-        .await
-        .expect("attach to the victim's session");
-    assert_eq!(killer.session_id(), Some(id));
-    killer.close().await;
+    let creds = victim.session_credentials().expect("victim is connected");
+    expire_session_of(server, creds).await;
+}
+
+/// End the session `(id, password)` on the server now. If the victim is still
+/// connected, it and the killer steal the session from each other (the server closes
+/// the older connection), so the killer retries until the server says the session is
+/// gone.
+pub async fn expire_session_of(
+    server: &str,
+    (id, passwd): (rzk_election_client::SessionId, bytes::Bytes),
+) {
+    for _ in 0..20 {
+        let mut cfg = config(server, 10_000);
+        cfg.resume = Some((id, passwd.clone()));
+        let killer = Client::connect(cfg).await.expect("connect");
+        let attached = killer.session_id() == Some(id);
+        killer.close().await;
+        if !attached {
+            // The server refused to resume it: it is gone (the killer got a new one).
+            return;
+        }
+    }
+    panic!("could not end session {id}");
 }
 
 /// Wait until `f` holds, polling; fail with `what` after `limit`.
