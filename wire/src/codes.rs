@@ -413,6 +413,21 @@ impl Xid {
     pub const SET_WATCHES: Xid = Xid(-8);
 }
 
+impl Xid {
+    /// The opcode whose reply a reserved xid always carries: ping for -2, auth
+    /// for -4, setWatches for -8 (setWatches2's reply has the same empty body).
+    /// `None` for the notification xid and for ordinary xids, whose opcode the
+    /// client looks up in its queue of outstanding requests.
+    pub const fn reserved_opcode(self) -> Option<OpCode> {
+        match self.0 {
+            -2 => Some(OpCode::Ping),
+            -4 => Some(OpCode::Auth),
+            -8 => Some(OpCode::SetWatches),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for Xid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
@@ -498,6 +513,15 @@ mod tests {
         assert!(CreateMode::PersistentSequentialWithTtl.is_sequential());
         assert!(CreateMode::Container.is_container());
         assert!(!CreateMode::Persistent.is_ephemeral());
+    }
+
+    #[test]
+    fn reserved_xids_name_their_opcodes() {
+        assert_eq!(Xid::PING.reserved_opcode(), Some(OpCode::Ping));
+        assert_eq!(Xid::AUTH.reserved_opcode(), Some(OpCode::Auth));
+        assert_eq!(Xid::SET_WATCHES.reserved_opcode(), Some(OpCode::SetWatches));
+        assert_eq!(Xid::NOTIFICATION.reserved_opcode(), None);
+        assert_eq!(Xid(1).reserved_opcode(), None);
     }
 
     #[test]

@@ -85,13 +85,16 @@ enum State {
 /// non-zero boolean byte is true.
 ///
 /// Encoding takes [`ConnectResponse`], [`Reply`], [`Notification`] or
-/// [`Outgoing`]. Replies are not size-limited (ZooKeeper does not limit them
+/// [`Outgoing`]; the ConnectResponse's readOnly byte follows the request's. Replies are not size-limited (ZooKeeper does not limit them
 /// either) beyond the 2 GiB a length prefix can express.
 #[derive(Debug)]
 pub struct ServerCodec {
     state: State,
     /// Largest request payload accepted; see [`REQUEST_FRAME_BYTES_MAX_DEFAULT`].
     frame_bytes_max: usize,
+    /// Whether the decoded ConnectRequest carried the readOnly byte (`None`
+    /// until one is decoded). The ConnectResponse must carry it exactly then.
+    connect_had_read_only_byte: Option<bool>,
 }
 
 impl Default for ServerCodec {
@@ -113,12 +116,19 @@ impl ServerCodec {
         ServerCodec {
             state: State::AwaitingConnect,
             frame_bytes_max: frame_bytes_max.min(FRAME_BYTES_MAX_ABSOLUTE),
+            connect_had_read_only_byte: None,
         }
     }
 
     /// The frame limit in force.
     pub fn frame_bytes_max(&self) -> usize {
         self.frame_bytes_max
+    }
+
+    /// Whether the decoded ConnectRequest carried the trailing readOnly byte, or
+    /// `None` before one is decoded.
+    pub fn connect_had_read_only_byte(&self) -> Option<bool> {
+        self.connect_had_read_only_byte
     }
 
     /// Whether the ConnectRequest has been decoded (four-letter words are no
@@ -145,6 +155,7 @@ impl ServerCodec {
         };
         let connect = ConnectRequest::decode_from(&payload, Strictness::Lenient)?;
         self.state = State::Session;
+        self.connect_had_read_only_byte = Some(connect.read_only.is_some());
         Ok(Some(Incoming::Connect(connect)))
     }
 
@@ -214,7 +225,16 @@ impl Decoder for ServerCodec {
 impl Encoder<ConnectResponse> for ServerCodec {
     type Error = WireError;
 
-    fn encode(&mut self, item: ConnectResponse, dst: &mut BytesMut) -> Result<(), WireError> {
+    /// Once this codec has decoded a ConnectRequest, the response carries the
+    /// readOnly byte exactly when the request did (doc §3.2), whatever
+    /// `item.read_only` says about presence: its value is written if it has one,
+    /// `false` otherwise. Before that, `item.read_only` decides alone.
+    fn encode(&mut self, mut item: ConnectResponse, dst: &mut BytesMut) -> Result<(), WireError> {
+        item.read_only = match self.connect_had_read_only_byte {
+            Some(true) => Some(item.read_only.unwrap_or(false)),
+            Some(false) => None,
+            None => item.read_only,
+        };
         frame::write_frame(dst, FRAME_BYTES_MAX_ABSOLUTE, |d| item.encode(d))
     }
 }
@@ -223,6 +243,15 @@ impl Encoder<Reply> for ServerCodec {
     type Error = WireError;
 
     fn encode(&mut self, item: Reply, dst: &mut BytesMut) -> Result<(), WireError> {
+        self.encode(&item, dst)
+    }
+}
+
+impl Encoder<&Reply> for ServerCodec {
+    type Error = WireError;
+
+    /// Encodes without taking ownership.
+    fn encode(&mut self, item: &Reply, dst: &mut BytesMut) -> Result<(), WireError> {
         frame::write_frame(dst, FRAME_BYTES_MAX_ABSOLUTE, |d| item.encode_payload(d))
     }
 }
@@ -231,6 +260,15 @@ impl Encoder<Notification> for ServerCodec {
     type Error = WireError;
 
     fn encode(&mut self, item: Notification, dst: &mut BytesMut) -> Result<(), WireError> {
+        self.encode(&item, dst)
+    }
+}
+
+impl Encoder<&Notification> for ServerCodec {
+    type Error = WireError;
+
+    /// Encodes without taking ownership (one event sent to many connections).
+    fn encode(&mut self, item: &Notification, dst: &mut BytesMut) -> Result<(), WireError> {
         frame::write_frame(dst, FRAME_BYTES_MAX_ABSOLUTE, |d| item.encode_payload(d))
     }
 }

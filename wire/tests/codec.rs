@@ -558,6 +558,34 @@ fn connect_request_with_and_without_the_read_only_byte() {
 }
 
 #[test]
+fn the_server_codec_writes_the_read_only_byte_exactly_when_the_request_had_it() {
+    let response = |read_only| ConnectResponse {
+        protocol_version: 0,
+        timeout_ms: 4000,
+        session_id: SessionId(5),
+        passwd: Bytes::from_static(&[3; 16]),
+        read_only,
+    };
+    for (sent, given, expected_len) in [
+        (None, Some(true), 40),
+        (Some(true), None, 41),
+        (Some(true), Some(true), 41),
+        (None, None, 40),
+    ] {
+        let mut codec = ServerCodec::new();
+        let mut src = client_bytes(|c, d| c.encode(connect_request(sent), d));
+        codec.decode(&mut src).unwrap();
+        assert_eq!(codec.connect_had_read_only_byte(), Some(sent.is_some()));
+        let mut dst = BytesMut::new();
+        codec.encode(response(given), &mut dst).unwrap();
+        assert_eq!(dst.len(), expected_len, "sent {sent:?}, given {given:?}");
+        if expected_len == 41 {
+            assert_eq!(dst[40], u8::from(given.unwrap_or(false)));
+        }
+    }
+}
+
+#[test]
 fn frames_split_at_every_byte_boundary_decode_the_same() {
     let mut stream = client_bytes(|c, d| {
         c.encode(connect_request(Some(false)), d)?;
