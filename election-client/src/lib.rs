@@ -9,7 +9,7 @@
 //!   requests. Its connection-state stream ([`Client::subscribe`]) has Curator's
 //!   semantics (`CONNECTED`, `SUSPENDED`, `RECONNECTED`, `LOST`, `READ_ONLY`) and never
 //!   drops or reorders an event.
-//! - [`recipe`]: [`LeaderLatch`](recipe::LeaderLatch),
+//! - The [`recipe`] module: [`LeaderLatch`](recipe::LeaderLatch),
 //!   [`LeaderSelector`](recipe::LeaderSelector) and [`Mutex`](recipe::Mutex), each an
 //!   explicit sans-IO state machine ([`recipe::candidacy`]) run on one task over the
 //!   small [`RecipeOps`](recipe::RecipeOps) trait.

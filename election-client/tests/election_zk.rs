@@ -260,8 +260,13 @@ async fn contenders(n: usize, rounds: usize, seed: u64) {
     }
     // Let everyone settle, then check the history.
     tokio::time::sleep(t).await;
-    let r = record.lock().expect("record");
-    let epochs: Vec<u64> = r.grants.iter().map(|g| g.1).collect();
+    let (epochs, most_at_once) = {
+        let r = record.lock().expect("record");
+        (
+            r.grants.iter().map(|g| g.1).collect::<Vec<u64>>(),
+            r.most_at_once,
+        )
+    };
     let unique_epochs: HashSet<u64> = epochs.iter().copied().collect();
     assert_eq!(
         unique_epochs.len(),
@@ -285,9 +290,8 @@ async fn contenders(n: usize, rounds: usize, seed: u64) {
         "RESULT rust contenders n={n} seed={seed}: grants={} unique_epochs={} worst_kill_handover={worst_kill:?} worst_cut_handover={worst_cut:?} max_simultaneous_leader_flags={}",
         epochs.len(),
         unique_epochs.len(),
-        r.most_at_once
+        most_at_once
     );
-    drop(r);
     for c in &clients {
         c.close().await;
     }

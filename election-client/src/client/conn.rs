@@ -335,7 +335,7 @@ impl Conn {
 
     fn xid(&mut self) -> Xid {
         // Count up from 1 and wrap back to 1, like the Java client.
-        self.next_xid = if self.next_xid >= i32::MAX {
+        self.next_xid = if self.next_xid == i32::MAX {
             1
         } else {
             self.next_xid + 1
