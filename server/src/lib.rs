@@ -1,7 +1,9 @@
-//! `rzk-server`: The rzk server: data tree, sessions, watches, ACLs and the request pipeline over the ZooKeeper client protocol.
+//! `rzk-server`: the rzk server (binary `rzk`).
 //!
-//! Not built yet: this crate is an empty library that compiles, so the workspace
-//! has its final shape. Its work is tracked in issue 4; nothing here claims a
-//! feature it lacks.
+//! Status: being built (issue 4). What exists so far is the configuration
+//! ([`config`]): a `zoo.cfg`-compatible file, command-line overrides and the
+//! embedded default. There is no server binary yet.
 
 #![deny(missing_docs)]
+
+pub mod config;

@@ -1,0 +1,256 @@
+"""Starting and stopping the servers the interop suite runs against.
+
+Both servers get the same zoo.cfg (see `write_zoo_cfg`). Apache ZooKeeper takes a few of
+these settings only as Java system properties (they are documented that way in the
+ZooKeeper admin guide), so for it the same values are also passed as -D flags; zoo.cfg keys
+it does not know become harmless `zookeeper.<key>` properties. rzk reads them all from the
+file.
+
+Every server runs in the foreground as a child of the runner, on a port found by binding
+port 0, with its data in a fresh temporary directory, and is stopped by its PID.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import zkraw
+
+HOST = "127.0.0.1"
+
+# The settings every target gets. The suite's expectations (session timeout bounds, TTL on,
+# the super user, the container reaper interval) come from here and reach the tests through
+# the environment (see `suite_env`).
+TICK_TIME_MS = 1000
+MIN_SESSION_TIMEOUT_MS = 2000
+MAX_SESSION_TIMEOUT_MS = 20000
+MAX_CLIENT_CNXNS = 100
+JUTE_MAX_BUFFER = 0xFFFFF
+CONTAINER_CHECK_INTERVAL_MS = 1000
+SUPER_USER = "super"
+SUPER_PASSWORD = "interop-super-secret"
+
+ZOOKEEPER_JARS = "/usr/share/java"
+ZOOKEEPER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
+
+READY_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 15.0
+
+LOG4J_PROPERTIES = """\
+log4j.rootLogger=INFO, CONSOLE
+log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
+log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
+log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n
+"""
+
+
+class ServerError(Exception):
+    """A server could not be started; the message says why and where its log is."""
+
+
+def super_digest():
+    """`super:<base64(sha1("super:<password>"))>`, the value both servers are configured with."""
+    from kazoo.security import make_digest_acl_credential
+
+    return make_digest_acl_credential(SUPER_USER, SUPER_PASSWORD)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def write_zoo_cfg(path, port, data_dir):
+    lines = [
+        "# Written by interop/servers.py: the same file for Apache ZooKeeper and rzk.",
+        f"tickTime={TICK_TIME_MS}",
+        f"dataDir={data_dir}/data",
+        f"dataLogDir={data_dir}/datalog",
+        f"clientPort={port}",
+        f"clientPortAddress={HOST}",
+        f"minSessionTimeout={MIN_SESSION_TIMEOUT_MS}",
+        f"maxSessionTimeout={MAX_SESSION_TIMEOUT_MS}",
+        f"maxClientCnxns={MAX_CLIENT_CNXNS}",
+        "snapCount=10000",
+        "autopurge.snapRetainCount=3",
+        "4lw.commands.whitelist=*",
+        "zookeeper.extendedTypesEnabled=true",
+        f"jute.maxbuffer={JUTE_MAX_BUFFER}",
+        f"superDigest={super_digest()}",
+        f"znode.container.checkIntervalMs={CONTAINER_CHECK_INTERVAL_MS}",
+    ]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def suite_env(port):
+    """The environment variables that point the pytest suite at a server started here."""
+    return {
+        "INTEROP_ZK_SERVER": f"{HOST}:{port}",
+        "INTEROP_TTL": "1",
+        "INTEROP_SUPER_AUTH": f"{SUPER_USER}:{SUPER_PASSWORD}",
+        "INTEROP_MIN_SESSION_TIMEOUT_MS": str(MIN_SESSION_TIMEOUT_MS),
+        "INTEROP_MAX_SESSION_TIMEOUT_MS": str(MAX_SESSION_TIMEOUT_MS),
+        "INTEROP_CONTAINER_REAPER": "1",
+    }
+
+
+class Server:
+    """A server process started by the runner. Use as a context manager."""
+
+    def __init__(self, name, argv, cfg_dir, data_dir, port, log_path, cwd):
+        self.name = name
+        self.argv = argv
+        self.cfg_dir = cfg_dir
+        self.data_dir = data_dir
+        self.port = port
+        self.log_path = log_path
+        self.cwd = cwd
+        self.proc = None
+
+    @property
+    def hosts(self):
+        return f"{HOST}:{self.port}"
+
+    def start(self):
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                cwd=self.cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        # Readiness is a real handshake: the server grants a session and closes it. Polling
+        # with a deadline is the only way to wait for a port another process opens.
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.cleanup()
+                raise ServerError(
+                    f"{self.name} exited with code {self.proc.returncode} before it was "
+                    f"ready; log: {self.log_path}\n{self.log_tail()}"
+                )
+            if zkraw.probe(HOST, self.port):
+                return self
+            time.sleep(0.2)
+        self.stop()
+        self.cleanup()
+        raise ServerError(
+            f"{self.name} did not accept a session on {self.hosts} within "
+            f"{READY_TIMEOUT_S:.0f} s; log: {self.log_path}\n{self.log_tail()}"
+        )
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self):
+        """Stops the process by its PID: SIGTERM, then SIGKILL after a grace period."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=STOP_TIMEOUT_S)
+
+    def cleanup(self):
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def log_tail(self, lines=40):
+        try:
+            with open(self.log_path, "rb") as f:
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _prepare(name, work_dir):
+    os.makedirs(work_dir, exist_ok=True)
+    data_dir = tempfile.mkdtemp(prefix=f"rzk-interop-{name}-")
+    port = free_port()
+    cfg = os.path.join(work_dir, f"{name}-zoo.cfg")
+    write_zoo_cfg(cfg, port, data_dir)
+    log_path = os.path.join(work_dir, f"{name}-server.log")
+    if os.path.exists(log_path):
+        os.remove(log_path)
+    return data_dir, port, cfg, log_path
+
+
+def zookeeper_classpath(conf_dir):
+    jars = [os.path.join(ZOOKEEPER_JARS, "zookeeper.jar")]
+    if not os.path.exists(jars[0]):
+        raise ServerError(
+            f"{jars[0]} is missing: install Debian's zookeeper package "
+            "(apt-get install -y zookeeper)"
+        )
+    # The zookeeper jar's manifest pulls in its dependencies but no slf4j binding; these two
+    # (dependencies of libzookeeper-java) give the server a log.
+    for extra in ("slf4j-log4j12.jar", "log4j-1.2.jar"):
+        path = os.path.join(ZOOKEEPER_JARS, extra)
+        if os.path.exists(path):
+            jars.append(path)
+    return ":".join([conf_dir] + jars)
+
+
+def start_zookeeper(work_dir):
+    """Starts Apache ZooKeeper (the Debian package's jars) in the foreground."""
+    java = shutil.which("java")
+    if java is None:
+        raise ServerError("java is not on PATH (Debian: apt-get install -y default-jre-headless)")
+    data_dir, port, cfg, log_path = _prepare("zookeeper", work_dir)
+    conf_dir = os.path.join(work_dir, "zookeeper-conf")
+    os.makedirs(conf_dir, exist_ok=True)
+    with open(os.path.join(conf_dir, "log4j.properties"), "w") as f:
+        f.write(LOG4J_PROPERTIES)
+    argv = [
+        java,
+        "-Xmx512m",
+        # No admin HTTP server: it would bind port 8080, which other servers on this
+        # machine may hold.
+        "-Dzookeeper.admin.enableServer=false",
+        # Settings ZooKeeper reads only as system properties; zoo.cfg carries the same values.
+        "-Dzookeeper.extendedTypesEnabled=true",
+        f"-Djute.maxbuffer={JUTE_MAX_BUFFER}",
+        f"-Dzookeeper.DigestAuthenticationProvider.superDigest={super_digest()}",
+        f"-Dznode.container.checkIntervalMs={CONTAINER_CHECK_INTERVAL_MS}",
+        f"-Dlog4j.configuration=file:{conf_dir}/log4j.properties",
+        "-cp",
+        zookeeper_classpath(conf_dir),
+        ZOOKEEPER_MAIN,
+        cfg,
+    ]
+    return Server("zookeeper", argv, conf_dir, data_dir, port, log_path, work_dir).start()
+
+
+def start_rzk(binary, work_dir):
+    """Starts `rzk <zoo.cfg>` in the foreground."""
+    data_dir, port, cfg, log_path = _prepare("rzk", work_dir)
+    return Server("rzk", [binary, cfg], None, data_dir, port, log_path, work_dir).start()
+
+
+def start_with_retry(start, *args, attempts=3):
+    """Starts a server; a port taken between bind(0) and the server's own bind is retried."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return start(*args)
+        except ServerError as e:
+            if attempt == attempts or "Address already in use" not in str(e):
+                raise

@@ -1,0 +1,699 @@
+//! Server configuration: a `zoo.cfg`-compatible file, command-line overrides, and
+//! the embedded default (127.0.0.1:2181, data in `./data`) when there is no file.
+//!
+//! The file format is ZooKeeper's: Java-properties lines `key=value` (also
+//! `key: value` and `key value`), `#` and `!` comments, values trimmed. Keys are
+//! ZooKeeper's names. An unknown key is a warning; an invalid value is a
+//! [`ConfigError`] naming the key, the line and the reason, which the binary turns
+//! into a message and exit code 2.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+/// ZooKeeper's `jute.maxbuffer` default: the largest frame a client may send.
+pub const JUTE_MAX_BUFFER_DEFAULT: u32 = 0xfffff;
+
+/// Every four-letter word rzk knows. `*` in the whitelist enables all of them.
+pub const FOUR_LETTER_WORDS: &[&str] = &[
+    "conf", "cons", "crst", "dirs", "dump", "envi", "gtmk", "isro", "mntr", "ruok", "srst", "srvr",
+    "stat", "stmk", "wchc", "wchp", "wchs",
+];
+
+/// Which four-letter words the server answers (`4lw.commands.whitelist`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FourLetterWhitelist {
+    /// `*`: every command.
+    All,
+    /// Only these commands. ZooKeeper's default (since 3.5.3) is `srvr` alone.
+    Only(BTreeSet<String>),
+}
+
+impl FourLetterWhitelist {
+    /// Whether `cmd` may run.
+    pub fn allows(&self, cmd: &str) -> bool {
+        match self {
+            FourLetterWhitelist::All => true,
+            FourLetterWhitelist::Only(set) => set.contains(cmd),
+        }
+    }
+}
+
+impl Default for FourLetterWhitelist {
+    fn default() -> Self {
+        FourLetterWhitelist::Only(BTreeSet::from(["srvr".to_owned()]))
+    }
+}
+
+/// The role a `server.N=` line gives a member of the ensemble.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerRole {
+    /// A voting member (the default).
+    Participant,
+    /// A non-voting learner (`:observer`).
+    Observer,
+}
+
+/// One `server.N=host:quorumPort:electionPort[:role][;[clientHost:]clientPort]` line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerSpec {
+    /// The host name or address of the quorum and election ports.
+    pub host: String,
+    /// The port learners use to reach a leader.
+    pub quorum_port: u16,
+    /// The leader-election port.
+    pub election_port: u16,
+    /// Participant or observer.
+    pub role: PeerRole,
+    /// The client address, if the line gives one.
+    pub client: Option<(String, u16)>,
+}
+
+/// The whole server configuration, with every default filled in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// `tickTime`: the basic time unit in milliseconds (default 2000, as in the
+    /// `zoo.cfg` ZooKeeper ships).
+    pub tick_time_ms: u32,
+    /// `dataDir`: snapshots and metadata (default `./data`).
+    pub data_dir: PathBuf,
+    /// `dataLogDir`: the transaction log (default: `dataDir`).
+    pub data_log_dir: PathBuf,
+    /// `clientPort` and `clientPortAddress`: where clients connect. Without a
+    /// file: 127.0.0.1:2181. With a file that gives no `clientPortAddress`, all
+    /// interfaces (0.0.0.0), as ZooKeeper does.
+    pub client_addr: SocketAddr,
+    /// `minSessionTimeout` in ms (default 2 × tickTime).
+    pub min_session_timeout_ms: u32,
+    /// `maxSessionTimeout` in ms (default 20 × tickTime).
+    pub max_session_timeout_ms: u32,
+    /// `maxClientCnxns`: concurrent connections per client IP; 0 = no limit
+    /// (default 60).
+    pub max_client_cnxns: u32,
+    /// `globalOutstandingLimit`: requests in flight across all connections
+    /// before the server stops reading sockets (default 1000).
+    pub global_outstanding_limit: u32,
+    /// `rzk.connection.outstandingMax`: requests in flight on one connection
+    /// before the server stops reading that socket (default 1000).
+    pub connection_outstanding_max: u32,
+    /// `rzk.connection.outgoingBytesMax`: bytes queued to a client that does not
+    /// read before the server closes its connection (default 64 MiB).
+    pub connection_outgoing_bytes_max: u64,
+    /// `snapCount`: transactions between snapshots (default 100000).
+    pub snap_count: u64,
+    /// `autopurge.snapRetainCount`: snapshots kept (default and minimum 3).
+    pub snap_retain_count: u32,
+    /// `4lw.commands.whitelist`.
+    pub four_letter_words: FourLetterWhitelist,
+    /// `zookeeper.extendedTypesEnabled`: TTL nodes (default false).
+    pub extended_types_enabled: bool,
+    /// `jute.maxbuffer`: the largest client frame in bytes (default 0xfffff).
+    pub jute_max_buffer: u32,
+    /// `superDigest`: `super:<base64 sha1>`; a client that authenticates as this
+    /// digest passes every ACL check.
+    pub super_digest: Option<String>,
+    /// `znode.container.checkIntervalMs`: how often containers and TTL nodes are
+    /// checked (default 60000).
+    pub container_check_interval_ms: u64,
+    /// `znode.container.maxPerMinute`: containers deleted per minute at most
+    /// (default 10000).
+    pub container_max_per_minute: u32,
+    /// `preAllocSize` in KiB: the size the transaction log preallocates
+    /// (default 65536 KiB = 64 MiB).
+    pub prealloc_size_kib: u64,
+    /// `forceSync=no` turns fsync off. Unsafe: acknowledged writes can be lost on
+    /// power failure. Meant only for benchmarks, as in ZooKeeper.
+    pub unsafe_no_fsync: bool,
+    /// `initLimit` in ticks (quorum only; default 10).
+    pub init_limit: u32,
+    /// `syncLimit` in ticks (quorum only; default 5).
+    pub sync_limit: u32,
+    /// `server.N=` lines, by server id. Empty for standalone.
+    pub servers: BTreeMap<u64, PeerSpec>,
+    /// Warnings found while reading (unknown keys, raised values); the binary
+    /// logs them.
+    pub warnings: Vec<String>,
+}
+
+impl Default for ServerConfig {
+    /// The embedded default: 127.0.0.1:2181, data in `./data`.
+    fn default() -> Self {
+        let tick = 2000;
+        ServerConfig {
+            tick_time_ms: tick,
+            data_dir: PathBuf::from("data"),
+            data_log_dir: PathBuf::from("data"),
+            client_addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 2181),
+            min_session_timeout_ms: 2 * tick,
+            max_session_timeout_ms: 20 * tick,
+            max_client_cnxns: 60,
+            global_outstanding_limit: 1000,
+            connection_outstanding_max: 1000,
+            connection_outgoing_bytes_max: 64 << 20,
+            snap_count: 100_000,
+            snap_retain_count: 3,
+            four_letter_words: FourLetterWhitelist::default(),
+            extended_types_enabled: false,
+            jute_max_buffer: JUTE_MAX_BUFFER_DEFAULT,
+            super_digest: None,
+            container_check_interval_ms: 60_000,
+            container_max_per_minute: 10_000,
+            prealloc_size_kib: 64 * 1024,
+            unsafe_no_fsync: false,
+            init_limit: 10,
+            sync_limit: 5,
+            servers: BTreeMap::new(),
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// A configuration that cannot be used. The binary prints it and exits with 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A value that is not valid for its key.
+    #[error("{origin}: invalid value {value:?} for {key}: {reason}")]
+    Invalid {
+        /// Where the value came from (`zoo.cfg line 7`, `command line`).
+        origin: String,
+        /// The key.
+        key: String,
+        /// The value as given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A line that is not `key=value`.
+    #[error("{origin}: cannot parse {line:?}: expected key=value")]
+    Syntax {
+        /// Where the line came from.
+        origin: String,
+        /// The line.
+        line: String,
+    },
+    /// Values that are valid alone but not together.
+    #[error("inconsistent configuration: {0}")]
+    Inconsistent(String),
+}
+
+/// One `key=value` with where it came from, for error messages.
+#[derive(Clone, Debug)]
+struct Setting {
+    key: String,
+    value: String,
+    origin: String,
+}
+
+impl ServerConfig {
+    /// Reads `file` (if any), then applies `overrides` (`key=value`, from the
+    /// command line) on top, and validates the result.
+    pub fn load(file: Option<&Path>, overrides: &[(String, String)]) -> Result<Self, ConfigError> {
+        let mut settings = Vec::new();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+            settings.extend(parse_properties(&text, &path.display().to_string())?);
+        }
+        settings.extend(overrides.iter().map(|(k, v)| Setting {
+            key: k.clone(),
+            value: v.clone(),
+            origin: "command line".to_owned(),
+        }));
+        Self::from_settings(file.is_some(), settings)
+    }
+
+    /// Parses the text of a `zoo.cfg` (for tests and embedding).
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        Self::from_settings(true, parse_properties(text, "config")?)
+    }
+
+    fn from_settings(from_file: bool, settings: Vec<Setting>) -> Result<Self, ConfigError> {
+        let mut cfg = ServerConfig::default();
+        if from_file {
+            // ZooKeeper binds every interface when clientPortAddress is absent.
+            cfg.client_addr.set_ip(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        }
+        let mut min_timeout = None;
+        let mut max_timeout = None;
+        let mut data_log_dir = None;
+        for s in &settings {
+            cfg.apply(s, &mut min_timeout, &mut max_timeout, &mut data_log_dir)?;
+        }
+        cfg.data_log_dir = data_log_dir.unwrap_or_else(|| cfg.data_dir.clone());
+        cfg.min_session_timeout_ms = min_timeout.unwrap_or(2 * cfg.tick_time_ms);
+        cfg.max_session_timeout_ms = max_timeout.unwrap_or(20 * cfg.tick_time_ms);
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn apply(
+        &mut self,
+        s: &Setting,
+        min_timeout: &mut Option<u32>,
+        max_timeout: &mut Option<u32>,
+        data_log_dir: &mut Option<PathBuf>,
+    ) -> Result<(), ConfigError> {
+        let v = s.value.as_str();
+        match s.key.as_str() {
+            "tickTime" => self.tick_time_ms = positive(s)?,
+            "dataDir" => self.data_dir = path(s)?,
+            "dataLogDir" => *data_log_dir = Some(path(s)?),
+            "clientPort" => self.client_addr.set_port(port(s)?),
+            "clientPortAddress" => self.client_addr.set_ip(ip(s)?),
+            "minSessionTimeout" => *min_timeout = Some(positive(s)?),
+            "maxSessionTimeout" => *max_timeout = Some(positive(s)?),
+            "maxClientCnxns" => self.max_client_cnxns = number(s)?,
+            "globalOutstandingLimit" => self.global_outstanding_limit = positive(s)?,
+            "rzk.connection.outstandingMax" => self.connection_outstanding_max = positive(s)?,
+            "rzk.connection.outgoingBytesMax" => self.connection_outgoing_bytes_max = positive(s)?,
+            "snapCount" => self.snap_count = at_least(s, 2)?,
+            "autopurge.snapRetainCount" => {
+                let n: u32 = number(s)?;
+                if n < 3 {
+                    self.warnings.push(format!(
+                        "{}: autopurge.snapRetainCount={n} is below the minimum; using 3",
+                        s.origin
+                    ));
+                }
+                self.snap_retain_count = n.max(3);
+            }
+            "autopurge.purgeInterval" => {
+                // rzk purges after every snapshot; the interval has nothing to time.
+                let _: u32 = number(s)?;
+                self.warnings.push(format!(
+                    "{}: autopurge.purgeInterval is accepted but unused: rzk purges old \
+                     snapshots and logs right after each snapshot",
+                    s.origin
+                ));
+            }
+            "4lw.commands.whitelist" | "zookeeper.4lw.commands.whitelist" => {
+                self.four_letter_words = whitelist(s)?
+            }
+            "zookeeper.extendedTypesEnabled" => self.extended_types_enabled = boolean(s)?,
+            "jute.maxbuffer" => self.jute_max_buffer = at_least(s, 1024)?,
+            "superDigest" | "zookeeper.DigestAuthenticationProvider.superDigest" => {
+                self.super_digest = Some(super_digest(s)?)
+            }
+            "znode.container.checkIntervalMs" => self.container_check_interval_ms = positive(s)?,
+            "znode.container.maxPerMinute" => self.container_max_per_minute = positive(s)?,
+            "preAllocSize" => self.prealloc_size_kib = positive(s)?,
+            "forceSync" => {
+                self.unsafe_no_fsync = match v.to_ascii_lowercase().as_str() {
+                    "yes" => false,
+                    "no" => true,
+                    _ => return Err(invalid(s, "expected yes or no")),
+                }
+            }
+            "initLimit" => self.init_limit = positive(s)?,
+            "syncLimit" => self.sync_limit = positive(s)?,
+            key if key.starts_with("server.") => {
+                let id = key["server.".len()..]
+                    .parse::<u64>()
+                    .map_err(|_| invalid(s, "the server id after 'server.' must be a number"))?;
+                self.servers.insert(id, peer_spec(s)?);
+            }
+            "standaloneEnabled"
+            | "reconfigEnabled"
+            | "admin.enableServer"
+            | "admin.serverPort"
+            | "metricsProvider.className"
+            | "quorumListenOnAllIPs" => {
+                self.warnings.push(format!(
+                    "{}: {} is not supported by rzk yet; ignored",
+                    s.origin, s.key
+                ));
+            }
+            _ => self.warnings.push(format!(
+                "{}: unknown configuration key {:?}; ignored",
+                s.origin, s.key
+            )),
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.min_session_timeout_ms > self.max_session_timeout_ms {
+            return Err(ConfigError::Inconsistent(format!(
+                "minSessionTimeout ({}) is greater than maxSessionTimeout ({})",
+                self.min_session_timeout_ms, self.max_session_timeout_ms
+            )));
+        }
+        let mut seen = BTreeMap::new();
+        for (id, peer) in &self.servers {
+            if peer.quorum_port == peer.election_port {
+                return Err(ConfigError::Inconsistent(format!(
+                    "server.{id}: the quorum port and the election port must differ"
+                )));
+            }
+            for port in [peer.quorum_port, peer.election_port] {
+                if let Some(other) = seen.insert((peer.host.clone(), port), *id) {
+                    return Err(ConfigError::Inconsistent(format!(
+                        "server.{id} and server.{other} both use {}:{port}",
+                        peer.host
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads Java-properties text into settings, in order.
+fn parse_properties(text: &str, origin: &str) -> Result<Vec<Setting>, ConfigError> {
+    let mut out = Vec::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let origin = format!("{origin} line {}", n + 1);
+        let split = line
+            .find(|c: char| c == '=' || c == ':' || c.is_whitespace())
+            .ok_or_else(|| ConfigError::Syntax {
+                origin: origin.clone(),
+                line: line.to_owned(),
+            })?;
+        let key = line[..split].trim();
+        let rest = line[split..].trim_start();
+        let value = rest
+            .strip_prefix('=')
+            .or_else(|| rest.strip_prefix(':'))
+            .unwrap_or(rest)
+            .trim();
+        if key.is_empty() {
+            return Err(ConfigError::Syntax {
+                origin,
+                line: line.to_owned(),
+            });
+        }
+        out.push(Setting {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            origin,
+        });
+    }
+    Ok(out)
+}
+
+fn invalid(s: &Setting, reason: &str) -> ConfigError {
+    ConfigError::Invalid {
+        origin: s.origin.clone(),
+        key: s.key.clone(),
+        value: s.value.clone(),
+        reason: reason.to_owned(),
+    }
+}
+
+fn number<T: std::str::FromStr>(s: &Setting) -> Result<T, ConfigError> {
+    s.value
+        .parse()
+        .map_err(|_| invalid(s, "expected a non-negative whole number"))
+}
+
+fn at_least<T: std::str::FromStr + PartialOrd + fmt::Display + Copy>(
+    s: &Setting,
+    min: T,
+) -> Result<T, ConfigError> {
+    let n: T = number(s)?;
+    if n < min {
+        return Err(invalid(s, &format!("must be at least {min}")));
+    }
+    Ok(n)
+}
+
+fn positive<T: std::str::FromStr + PartialOrd + fmt::Display + Copy + From<u8>>(
+    s: &Setting,
+) -> Result<T, ConfigError> {
+    at_least(s, T::from(1u8))
+}
+
+fn port(s: &Setting) -> Result<u16, ConfigError> {
+    s.value
+        .parse::<u16>()
+        .map_err(|_| invalid(s, "expected a port number 0-65535"))
+}
+
+fn ip(s: &Setting) -> Result<IpAddr, ConfigError> {
+    if s.value == "localhost" {
+        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    s.value
+        .parse()
+        .map_err(|_| invalid(s, "expected an IP address such as 127.0.0.1"))
+}
+
+fn path(s: &Setting) -> Result<PathBuf, ConfigError> {
+    if s.value.is_empty() {
+        return Err(invalid(s, "expected a directory path"));
+    }
+    Ok(PathBuf::from(&s.value))
+}
+
+fn boolean(s: &Setting) -> Result<bool, ConfigError> {
+    match s.value.to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(invalid(s, "expected true or false")),
+    }
+}
+
+fn whitelist(s: &Setting) -> Result<FourLetterWhitelist, ConfigError> {
+    let words: Vec<&str> = s
+        .value
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .collect();
+    if words.contains(&"*") {
+        return Ok(FourLetterWhitelist::All);
+    }
+    let mut set = BTreeSet::new();
+    for w in words {
+        if !FOUR_LETTER_WORDS.contains(&w) {
+            return Err(invalid(
+                s,
+                &format!("{w:?} is not a four-letter word rzk knows"),
+            ));
+        }
+        set.insert(w.to_owned());
+    }
+    Ok(FourLetterWhitelist::Only(set))
+}
+
+fn super_digest(s: &Setting) -> Result<String, ConfigError> {
+    let Some((user, hash)) = s.value.split_once(':') else {
+        return Err(invalid(s, "expected user:base64(sha1(user:password))"));
+    };
+    // A SHA-1 digest is 20 bytes: 28 characters of base64 with one '=' of padding.
+    let base64_ok = hash.len() == 28
+        && hash.ends_with('=')
+        && hash[..27]
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/');
+    if user.is_empty() || !base64_ok {
+        return Err(invalid(s, "expected user:base64(sha1(user:password))"));
+    }
+    Ok(s.value.clone())
+}
+
+fn peer_spec(s: &Setting) -> Result<PeerSpec, ConfigError> {
+    let (addr, client) = match s.value.split_once(';') {
+        Some((a, c)) => (a, Some(c)),
+        None => (s.value.as_str(), None),
+    };
+    let parts: Vec<&str> = addr.split(':').collect();
+    if parts.len() < 3 || parts.len() > 4 || parts[0].is_empty() {
+        return Err(invalid(
+            s,
+            "expected host:quorumPort:electionPort[:participant|observer][;[clientHost:]clientPort]",
+        ));
+    }
+    let port_of = |text: &str| {
+        text.parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| invalid(s, &format!("{text:?} is not a port number 1-65535")))
+    };
+    let role = match parts.get(3).copied() {
+        None | Some("participant") => PeerRole::Participant,
+        Some("observer") => PeerRole::Observer,
+        Some(other) => {
+            return Err(invalid(
+                s,
+                &format!("role {other:?} is neither participant nor observer"),
+            ))
+        }
+    };
+    let client = match client {
+        None => None,
+        Some(c) => Some(match c.rsplit_once(':') {
+            Some((host, p)) => (host.to_owned(), port_of(p)?),
+            None => ("0.0.0.0".to_owned(), port_of(c)?),
+        }),
+    };
+    Ok(PeerSpec {
+        host: parts[0].to_owned(),
+        quorum_port: port_of(parts[1])?,
+        election_port: port_of(parts[2])?,
+        role,
+        client,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_serves_localhost_2181_with_data_in_data() {
+        let cfg = ServerConfig::load(None, &[]).unwrap();
+        assert_eq!(cfg.client_addr, "127.0.0.1:2181".parse().unwrap());
+        assert_eq!(cfg.data_dir, PathBuf::from("data"));
+        assert_eq!(cfg.data_log_dir, PathBuf::from("data"));
+        assert_eq!(
+            (cfg.min_session_timeout_ms, cfg.max_session_timeout_ms),
+            (4000, 40000)
+        );
+        assert!(cfg.four_letter_words.allows("srvr"));
+        assert!(!cfg.four_letter_words.allows("mntr"));
+        assert!(cfg.warnings.is_empty());
+    }
+
+    #[test]
+    fn reads_zookeeper_sample_config() {
+        let cfg = ServerConfig::parse(
+            "# The number of milliseconds of each tick\n\
+             tickTime=3000\n\
+             initLimit=10\n\
+             syncLimit=5\n\
+             dataDir=/var/lib/zookeeper\n\
+             clientPort=2182\n\
+             maxClientCnxns = 10\n\
+             4lw.commands.whitelist=ruok, mntr ,srvr\n\
+             zookeeper.extendedTypesEnabled=true\n\
+             server.1=zk1:2888:3888\n\
+             server.2=zk2:2888:3888:observer;127.0.0.1:2181\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.tick_time_ms, 3000);
+        assert_eq!(
+            (cfg.min_session_timeout_ms, cfg.max_session_timeout_ms),
+            (6000, 60000),
+            "timeouts default to 2 and 20 ticks of the configured tickTime"
+        );
+        assert_eq!(cfg.client_addr, "0.0.0.0:2182".parse().unwrap());
+        assert_eq!(cfg.data_log_dir, PathBuf::from("/var/lib/zookeeper"));
+        assert_eq!(cfg.max_client_cnxns, 10);
+        assert!(cfg.four_letter_words.allows("mntr"));
+        assert!(!cfg.four_letter_words.allows("stat"));
+        assert!(cfg.extended_types_enabled);
+        assert_eq!(cfg.servers[&1].role, PeerRole::Participant);
+        assert_eq!(cfg.servers[&2].role, PeerRole::Observer);
+        assert_eq!(cfg.servers[&2].client, Some(("127.0.0.1".into(), 2181)));
+    }
+
+    #[test]
+    fn command_line_overrides_the_file() {
+        let dir = std::env::temp_dir().join(format!("rzk-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("zoo.cfg");
+        std::fs::write(&file, "clientPort=2190\nclientPortAddress=127.0.0.1\n").unwrap();
+        let cfg = ServerConfig::load(Some(&file), &[("clientPort".into(), "2191".into())]).unwrap();
+        assert_eq!(cfg.client_addr, "127.0.0.1:2191".parse().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unknown_key_is_a_warning_not_an_error() {
+        let cfg = ServerConfig::parse("fancyOption=1\ntickTime=2000\n").unwrap();
+        assert_eq!(cfg.warnings.len(), 1);
+        assert!(
+            cfg.warnings[0].contains("fancyOption"),
+            "{:?}",
+            cfg.warnings
+        );
+        assert!(cfg.warnings[0].contains("line 1"), "{:?}", cfg.warnings);
+    }
+
+    #[test]
+    fn invalid_values_name_key_line_and_reason() {
+        for (text, key) in [
+            ("tickTime=0", "tickTime"),
+            ("tickTime=fast", "tickTime"),
+            ("clientPort=70000", "clientPort"),
+            ("clientPortAddress=not-an-ip", "clientPortAddress"),
+            (
+                "zookeeper.extendedTypesEnabled=yes",
+                "zookeeper.extendedTypesEnabled",
+            ),
+            ("4lw.commands.whitelist=ruok,nope", "4lw.commands.whitelist"),
+            ("superDigest=super", "superDigest"),
+            ("server.x=a:1:2", "server.x"),
+            ("server.1=a:1", "server.1"),
+            ("server.1=a:1:2:leader", "server.1"),
+            ("jute.maxbuffer=10", "jute.maxbuffer"),
+            ("forceSync=maybe", "forceSync"),
+        ] {
+            let err = ServerConfig::parse(&format!("# comment\n{text}\n")).unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains(key), "{text}: {msg}");
+            assert!(msg.contains("line 2"), "{text}: {msg}");
+        }
+    }
+
+    #[test]
+    fn inconsistent_values_are_refused() {
+        let err =
+            ServerConfig::parse("minSessionTimeout=50000\nmaxSessionTimeout=40000").unwrap_err();
+        assert!(err.to_string().contains("minSessionTimeout"), "{err}");
+        let err = ServerConfig::parse("server.1=a:2888:2888").unwrap_err();
+        assert!(err.to_string().contains("must differ"), "{err}");
+        let err = ServerConfig::parse("server.1=a:2888:3888\nserver.2=a:2888:3889").unwrap_err();
+        assert!(err.to_string().contains("both use"), "{err}");
+    }
+
+    #[test]
+    fn snap_retain_count_is_raised_to_three_with_a_warning() {
+        let cfg = ServerConfig::parse("autopurge.snapRetainCount=1").unwrap();
+        assert_eq!(cfg.snap_retain_count, 3);
+        assert_eq!(cfg.warnings.len(), 1);
+    }
+
+    #[test]
+    fn force_sync_no_is_the_unsafe_switch() {
+        assert!(ServerConfig::parse("forceSync=no").unwrap().unsafe_no_fsync);
+        assert!(
+            !ServerConfig::parse("forceSync=yes")
+                .unwrap()
+                .unsafe_no_fsync
+        );
+    }
+
+    #[test]
+    fn super_digest_accepts_zookeeper_form() {
+        let cfg = ServerConfig::parse("superDigest=super:D/InIHSb7yEEbrWz8b9l71RjZJU=").unwrap();
+        assert_eq!(
+            cfg.super_digest.as_deref(),
+            Some("super:D/InIHSb7yEEbrWz8b9l71RjZJU=")
+        );
+    }
+
+    #[test]
+    fn properties_separators_and_comments() {
+        let cfg =
+            ServerConfig::parse("! bang comment\n  tickTime : 1000\nclientPort 3000\n").unwrap();
+        assert_eq!(cfg.tick_time_ms, 1000);
+        assert_eq!(cfg.client_addr.port(), 3000);
+    }
+}
