@@ -603,3 +603,49 @@ async fn outstanding_requests_are_bounded() {
     assert_eq!(min_free, 0, "the limit was reached and waited on");
     c.close().await;
 }
+
+#[tokio::test]
+#[ignore = "needs Apache ZooKeeper"]
+async fn idle_session_stays_connected_on_pings() {
+    let zk = Zk::start();
+    let c = connect(&zk.addr, 2000).await;
+    let (_, mut states) = c.subscribe();
+    // Nothing but pings for three session timeouts: no state change may happen.
+    let t = c.negotiated_timeout().expect("negotiated");
+    let quiet = tokio::time::timeout(3 * t, states.next()).await;
+    assert!(quiet.is_err(), "state changed while idle: {quiet:?}");
+    assert!(c.exists("/").await.expect("still works").is_some());
+    c.close().await;
+}
+
+#[tokio::test]
+#[ignore = "needs Apache ZooKeeper"]
+async fn oversized_request_is_refused_and_the_session_survives() {
+    let zk = Zk::start();
+    let c = connect(&zk.addr, T).await;
+    let session = c.session_id();
+    let root = unique("big");
+    let big = vec![7u8; 2 * 1024 * 1024];
+    match c
+        .create(&root, big, Acl::open_unsafe(), CreateMode::Persistent)
+        .await
+    {
+        Err(Error::Transport(why)) => {
+            assert!(why.contains("large") || why.contains("1048575"), "{why}")
+        }
+        other => panic!("expected a clear refusal, got {other:?}"),
+    }
+    assert_eq!(c.session_id(), session);
+    c.create(&root, "small", Acl::open_unsafe(), CreateMode::Persistent)
+        .await
+        .expect("the connection still works");
+    c.close().await;
+}
+
+#[tokio::test]
+async fn a_client_without_hosts_is_closed_not_a_panic() {
+    let mut cfg = rzk_election_client::ClientConfig::new("127.0.0.1:1").expect("valid");
+    cfg.hosts.clear();
+    let c = Client::start(cfg);
+    assert_eq!(c.get_data("/").await.map(|_| ()), Err(Error::Closed));
+}

@@ -165,6 +165,12 @@ impl Conn {
 
     pub(crate) async fn run(mut self) {
         let mut failures: u32 = 0;
+        if self.hosts.is_empty() {
+            // Only reachable by building a ClientConfig by hand: parsing rejects it.
+            tracing::error!("no host to connect to; the client is closed");
+            self.shutdown();
+            return;
+        }
         loop {
             if self.closing.is_some() {
                 break;
@@ -263,8 +269,16 @@ impl Conn {
 
     /// Handle control messages that arrived while no connection was up; false to stop.
     fn drain_control_while_down(&mut self) -> bool {
-        while let Ok(ctl) = self.control.try_recv() {
-            self.on_control_down(Some(ctl));
+        loop {
+            match self.control.try_recv() {
+                Ok(ctl) => self.on_control_down(Some(ctl)),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                // Every handle is gone: stop instead of reconnecting for nobody.
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    self.on_control_down(None);
+                    break;
+                }
+            }
         }
         self.closing.is_none()
     }

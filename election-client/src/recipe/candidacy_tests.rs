@@ -1078,3 +1078,29 @@ fn every_input_in_every_step_still_ends_in_exactly_one_grant() {
         }
     }
 }
+
+#[test]
+fn creates_lost_with_their_session_are_cleaned_up_by_prefix_within_a_limit() {
+    // Each LOST retires a participation whose create may have landed unseen; the next
+    // listing deletes children carrying those prefixes. Only the latest
+    // STALE_PREFIXES_MAX are remembered (older nodes die with their sessions anyway).
+    let mut h = H::new(latch_cfg());
+    let mut names = Vec::new();
+    let mut create = h.start(S1);
+    for i in 0..(STALE_PREFIXES_MAX + 4) {
+        let Op::CreateCandidate { name, .. } = create.1.clone() else {
+            panic!("{create:?}")
+        };
+        names.push(format!("{name}{i:010}"));
+        h.step(Input::Conn(ConnectionState::Lost));
+        create = H::op(&h.step(reconnected(SessionId(0x2000 + i as i64))));
+    }
+    let (list, me) = h.created(create, 999);
+    let mut children = names.clone();
+    children.push(me);
+    let out = h.done(list.0, OpResult::Children(Ok(children)));
+    let deleted = H::deletes(&out);
+    assert_eq!(deleted.len(), STALE_PREFIXES_MAX);
+    let expected: Vec<String> = names[4..].iter().map(|n| join_path(PARENT, n)).collect();
+    assert_eq!(deleted, expected);
+}
