@@ -403,3 +403,87 @@ async fn mutex_is_exclusive_across_clients() {
     assert_eq!(unique_tokens.len(), 12, "{all:?}");
     let _ = Client::connect_to;
 }
+
+#[tokio::test]
+#[ignore = "needs Apache ZooKeeper"]
+async fn client_side_lost_while_the_old_session_lives_never_leads_through_its_node() {
+    // CURATOR-696: LOST comes from the local timer while the server still holds the old
+    // session and its candidate node, which sorts first. The latch must not lead
+    // through that node; it registers a fresh candidate and deletes the dead one.
+    const T: u64 = 10_000;
+    let zk = Zk::start();
+    let proxy = Proxy::start(&zk.addr).await;
+    let admin = connect(&zk.addr, 10_000).await;
+    let path = format!("{}/e", unique("local-lost"));
+    let mut cfg = config(&proxy.connect_string(), T);
+    cfg.deadline_percent = 1;
+    let a_client = Client::connect(cfg).await.expect("connect a");
+    let t = a_client.negotiated_timeout().expect("negotiated");
+    let mut a = LeaderLatch::start(Arc::new(a_client.clone()), LatchConfig::new(&path).id("a"));
+    let ga = next_grant(&mut a, Duration::from_secs(10)).await;
+    let b_client = connect(&zk.addr, T).await;
+    let mut b = LeaderLatch::start(Arc::new(b_client.clone()), LatchConfig::new(&path).id("b"));
+    eventually(Duration::from_secs(10), "b queued", || {
+        let admin = admin.clone();
+        let path = path.clone();
+        async move {
+            admin
+                .get_children(&path)
+                .await
+                .map(|c| c.len() == 2)
+                .unwrap_or(false)
+        }
+    })
+    .await;
+
+    let (_, mut a_states) = a_client.subscribe();
+    proxy.set(Mode::Blackhole);
+    assert_eq!(
+        next_event(&mut a, t).await,
+        RecipeEvent::Revoked(Revoked::Suspended)
+    );
+    loop {
+        let s = tokio::time::timeout(t, a_states.next())
+            .await
+            .expect("LOST in time")
+            .expect("open")
+            .expect("not lagged");
+        if s == rzk_election_client::ConnectionState::Lost {
+            break;
+        }
+    }
+    assert!(
+        admin
+            .exists(&ga.node)
+            .await
+            .expect("exists")
+            .is_some_and(|s| s.ephemeral_owner == ga.session),
+        "precondition: the old session's node still exists on the server at LOST"
+    );
+    proxy.set(Mode::Pass);
+    let gb = next_grant(&mut b, t).await;
+    assert!(gb.token > ga.token);
+    // a is connected again on a new session, as a candidate behind b.
+    let deadline = Instant::now() + t / 2;
+    while Instant::now() < deadline {
+        if let Some(g) = a.leadership() {
+            panic!("a led again while b leads: {g:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_ne!(
+        a_client.session_id(),
+        Some(ga.session),
+        "a is on a new session"
+    );
+    assert_eq!(
+        admin.exists(&ga.node).await.expect("exists"),
+        None,
+        "the dead node was deleted"
+    );
+    a.close().await;
+    b.close().await;
+    a_client.close().await;
+    b_client.close().await;
+    admin.close().await;
+}

@@ -115,7 +115,11 @@ impl WatchRegistry {
             OneShotKind::Exist => &mut self.exist,
             OneShotKind::Child => &mut self.child,
         };
-        table.entry(server_path.to_owned()).or_default().push(tx);
+        let list = table.entry(server_path.to_owned()).or_default();
+        // Watchers whose receiver was dropped are forgotten here, so re-watching a
+        // node that never changes does not grow the table.
+        list.retain(|tx| !tx.is_closed());
+        list.push(tx);
         rx
     }
 
@@ -347,6 +351,16 @@ mod tests {
         assert_eq!(n, PERSISTENT_EVENTS_MAX);
         assert_eq!(last, Some(Err(WatchLagged)));
         assert!(w.rearm().persistent.is_empty());
+    }
+
+    #[test]
+    fn re_watching_an_unchanged_node_does_not_grow_the_table() {
+        let mut w = WatchRegistry::default();
+        for _ in 0..1000 {
+            drop(w.add_one_shot(OneShotKind::Data, "/quiet"));
+        }
+        let _live = w.add_one_shot(OneShotKind::Data, "/quiet");
+        assert_eq!(w.data.get("/quiet").map(Vec::len), Some(1));
     }
 
     #[test]

@@ -89,6 +89,8 @@ struct Task<O: RecipeOps> {
     epoch: Instant,
     inflight: FuturesUnordered<OpFuture>,
     watches: FuturesUnordered<BoxFuture<'static, OpId>>,
+    /// The op that armed the watch in `watches`.
+    watch_id: Option<OpId>,
     timers: BTreeMap<(u64, OpId), ()>,
     events: mpsc::UnboundedSender<RecipeEvent>,
     current: watch::Sender<Option<Grant>>,
@@ -109,6 +111,7 @@ async fn run<O: RecipeOps>(
         epoch: Instant::now(),
         inflight: FuturesUnordered::new(),
         watches: FuturesUnordered::new(),
+        watch_id: None,
         timers: BTreeMap::new(),
         events,
         current,
@@ -155,10 +158,17 @@ async fn run<O: RecipeOps>(
             },
             Some((id, result, fired)) = t.inflight.next() => {
                 if let Some(fired) = fired {
-                    t.watches.push(Box::pin(async move {
-                        fired.await;
-                        id
-                    }));
+                    // The machine watches one node at a time: a newer watch replaces the
+                    // older ones, whose receivers are dropped (so the client's watch
+                    // table forgets them) instead of piling up at every re-check.
+                    if t.watch_id.is_none_or(|w| id > w) {
+                        t.watches = FuturesUnordered::new();
+                        t.watch_id = Some(id);
+                        t.watches.push(Box::pin(async move {
+                            fired.await;
+                            id
+                        }));
+                    }
                 }
                 t.feed(Input::Done { id, result });
             }
