@@ -174,6 +174,10 @@ impl Tree {
         )
     }
 
+    pub(crate) fn is_live(&self, session: SessionId) -> bool {
+        self.live.contains(&session)
+    }
+
     pub(crate) fn exists(&self, path: &str) -> bool {
         self.nodes.contains_key(path)
     }
