@@ -16,7 +16,7 @@ pub use driver::RecipeEvent;
 pub use latch::{LatchConfig, LeaderLatch};
 pub use mutex::{Mutex, MutexGuard};
 pub use ops::{RecipeOps, WatchFired};
-pub use selector::{LeaderSelector, Leadership};
+pub use selector::{LeaderSelector, Leadership, CALLBACK_GRACE};
 
 #[cfg(test)]
 mod recipe_tests;

@@ -548,3 +548,34 @@ async fn seeded_random_faults_never_share_an_epoch_and_always_end_with_one_leade
 fn server_dead(server: &FakeServer, session: SessionId) -> bool {
     server.with(|t| !t.is_live(session))
 }
+
+#[tokio::test(start_paused = true)]
+async fn selector_close_aborts_a_callback_that_ignores_revocation() {
+    let server = FakeServer::default();
+    let client = server.client();
+    let started = Arc::new(AtomicUsize::new(0));
+    let st = started.clone();
+    let selector = LeaderSelector::start(
+        client.clone(),
+        cfg("a"),
+        true,
+        move |_leadership: Leadership| {
+            let st = st.clone();
+            async move {
+                st.fetch_add(1, Ordering::SeqCst);
+                futures::future::pending::<()>().await;
+            }
+        },
+    );
+    client.publish(&[ConnectionState::Connected {
+        session: client.session().expect("s"),
+    }]);
+    eventually("leading", || started.load(Ordering::SeqCst) == 1).await;
+    let t0 = Instant::now();
+    selector.close().await;
+    assert!(t0.elapsed() >= CALLBACK_GRACE && t0.elapsed() < CALLBACK_GRACE * 2);
+    eventually("node deleted", || {
+        server.with(|t| t.children_of(PARENT).unwrap_or_default().is_empty())
+    })
+    .await;
+}

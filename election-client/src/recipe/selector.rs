@@ -11,6 +11,10 @@ use super::driver::{Driver, RecipeEvent};
 use super::latch::LatchConfig;
 use super::ops::RecipeOps;
 
+/// How long [`LeaderSelector::close`] waits for a revoked callback to return before it
+/// aborts it.
+pub const CALLBACK_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What the leadership callback receives: the grant, and a way to learn that it was
 /// revoked (connection suspended or lost, or the selector closed).
 #[derive(Debug, Clone)]
@@ -69,8 +73,8 @@ impl LeaderSelector {
         }
     }
 
-    /// Stop: revoke a running leadership, wait for the callback to return, delete the
-    /// candidate node.
+    /// Stop: revoke a running leadership, wait for the callback to return (at most
+    /// [`CALLBACK_GRACE`], then it is aborted), delete the candidate node.
     pub async fn close(self) {
         let _ = self.close.send(true);
         let _ = self.supervisor.await;
@@ -90,9 +94,13 @@ async fn supervise<F, Fut>(
     loop {
         tokio::select! {
             _ = close.changed() => {
-                if let Some((task, revoke)) = running.take() {
+                if let Some((mut task, revoke)) = running.take() {
                     revoke.send_replace(Some(Revoked::Closed));
-                    let _ = task.await;
+                    // A callback that ignores its revocation must not hang close().
+                    if tokio::time::timeout(CALLBACK_GRACE, &mut task).await.is_err() {
+                        tracing::warn!("leadership callback ignored its revocation; aborting it");
+                        task.abort();
+                    }
                 }
                 driver.close().await;
                 return;
