@@ -1,7 +1,6 @@
 //! `rzk-benches`: Benchmarks of every rzk crate and rzk-bench, a load generator for any ZooKeeper-protocol endpoint.
 //!
-//! Not built yet: this crate is an empty library that compiles, so the workspace
-//! has its final shape. Its work is tracked in issue 5; nothing here claims a
-//! feature it lacks.
+//! The load generator `rzk-bench` is not built yet (issue 5). Built so far: the
+//! binary `wal-bench` (benchmarks of `rzk-wal` against the disk's raw fsync rate).
 
 #![deny(missing_docs)]

@@ -1,0 +1,176 @@
+//! Streaming the log's records for replay and DIFF sync.
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rzk_zxid::Zxid;
+
+use crate::error::{Result, WalError};
+use crate::format::SEGMENT_HEADER_BYTES;
+use crate::log::Inner;
+use crate::segment::{Seg, SegmentCursor, Step};
+
+/// One record of the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Its zxid.
+    pub zxid: Zxid,
+    /// Its payload, as appended.
+    pub payload: Bytes,
+}
+
+/// An iterator over durable records, in zxid order, from [`crate::Log::read_from`].
+///
+/// It reads one chunk (1 MiB) at a time. Every record's CRC and its contiguity with
+/// the one before are checked again as it is read. If the log is truncated or reset
+/// while the reader runs, it ends with [`WalError::Rewritten`]; if a segment it
+/// still needs is purged, with [`WalError::Purged`]. After an error it yields
+/// nothing more.
+pub struct LogReader {
+    inner: Arc<Inner>,
+    generation: u64,
+    segs: VecDeque<Seg>,
+    /// Where to start in the first segment.
+    first_offset: u64,
+    cursor: Option<(SegmentCursor, u64)>,
+    prev: Zxid,
+    done: bool,
+}
+
+impl std::fmt::Debug for LogReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogReader")
+            .field("after", &self.prev)
+            .field("segments_left", &self.segs.len())
+            .finish()
+    }
+}
+
+impl LogReader {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        generation: u64,
+        segs: Vec<Seg>,
+        first_offset: u64,
+        after: Zxid,
+    ) -> LogReader {
+        LogReader {
+            inner,
+            generation,
+            segs: segs.into(),
+            first_offset,
+            cursor: None,
+            prev: after,
+            done: false,
+        }
+    }
+
+    /// The zxid of the last record yielded (the one the reader started after, at
+    /// first).
+    pub fn position(&self) -> Zxid {
+        self.prev
+    }
+
+    /// An error for bytes that do not read back as they were written: the log
+    /// was rewritten under the reader, or the disk is damaged.
+    fn damaged(&self, path: &Path, offset: u64, reason: String) -> WalError {
+        if self.inner.generation() != self.generation {
+            return WalError::Rewritten;
+        }
+        WalError::Corrupt {
+            path: path.to_owned(),
+            offset,
+            reason,
+        }
+    }
+
+    fn open_next(&mut self) -> Result<bool> {
+        let Some(seg) = self.segs.pop_front() else {
+            return Ok(false);
+        };
+        let offset = std::mem::replace(&mut self.first_offset, SEGMENT_HEADER_BYTES);
+        let file = match std::fs::File::open(&seg.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if self.inner.generation() != self.generation {
+                    return Err(WalError::Rewritten);
+                }
+                return Err(WalError::Purged {
+                    zxid: self.prev,
+                    start: seg.last,
+                });
+            }
+            Err(e) => return Err(WalError::io("open", &seg.path, e)),
+        };
+        let cursor = SegmentCursor::new(
+            file,
+            seg.path.clone(),
+            offset,
+            seg.end,
+            self.inner.record_bytes_max(),
+        );
+        self.cursor = Some((cursor, seg.end));
+        Ok(true)
+    }
+
+    fn step(&mut self) -> Result<Option<Record>> {
+        loop {
+            if self.cursor.is_none() && !self.open_next()? {
+                return Ok(None);
+            }
+            let (cursor, end) = self.cursor.as_mut().expect("opened above");
+            let end = *end;
+            match cursor.next_step(true)? {
+                Step::Record {
+                    zxid,
+                    offset,
+                    payload,
+                    ..
+                } => {
+                    if !zxid.is_next(self.prev) {
+                        let path = cursor.path().to_owned();
+                        let reason = format!("{zxid} does not follow {}", self.prev);
+                        return Err(self.damaged(&path, offset, reason));
+                    }
+                    self.prev = zxid;
+                    let payload = payload.expect("asked for the payload");
+                    return Ok(Some(Record { zxid, payload }));
+                }
+                Step::End { offset } if offset == end => self.cursor = None,
+                Step::End { offset } => {
+                    let path = cursor.path().to_owned();
+                    let reason = format!("records end at {offset}, expected {end}");
+                    return Err(self.damaged(&path, offset, reason));
+                }
+                Step::Bad { offset, reason } => {
+                    let path = cursor.path().to_owned();
+                    return Err(self.damaged(&path, offset, reason));
+                }
+            }
+        }
+    }
+}
+
+impl Iterator for LogReader {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.step() {
+            Ok(Some(r)) => Some(Ok(r)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
