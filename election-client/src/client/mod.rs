@@ -591,18 +591,34 @@ impl Client {
             Response::Multi(r) => r,
             other => return Err(unexpected(&other)),
         };
-        if let Some(index) = response
+        // The first result with a real error code; the others of a failed multi are
+        // 0 (rolled back) or RUNTIMEINCONSISTENCY (not evaluated).
+        let failed = response
             .results
             .iter()
-            .position(|r| matches!(r, MultiResult::Error(code) if *code != ErrorCode::Ok && *code != ErrorCode::RuntimeInconsistency))
-        {
-            let code = match &response.results[index] {
-                MultiResult::Error(code) => *code,
-                _ => ErrorCode::SystemError,
-            };
+            .enumerate()
+            .find_map(|(i, r)| match r {
+                MultiResult::Error(code)
+                    if *code != ErrorCode::Ok && *code != ErrorCode::RuntimeInconsistency =>
+                {
+                    Some((i, *code))
+                }
+                MultiResult::Error(_)
+                | MultiResult::Create(_)
+                | MultiResult::Create2(_)
+                | MultiResult::Delete
+                | MultiResult::SetData(_)
+                | MultiResult::Check
+                | MultiResult::GetChildren(_)
+                | MultiResult::GetData(_) => None,
+            });
+        if let Some((index, code)) = failed {
             return Err(Error::MultiFailed {
                 index,
-                source: Box::new(Error::from_code(code, paths.get(index).map(String::as_str).unwrap_or_default())),
+                source: Box::new(Error::from_code(
+                    code,
+                    paths.get(index).map(String::as_str).unwrap_or_default(),
+                )),
             });
         }
         response
@@ -706,7 +722,11 @@ impl Client {
                         ReadResult::Children(c.children.iter().map(|c| c.to_string()).collect())
                     }
                     MultiResult::Error(code) => ReadResult::Error(Error::from_code(code, path)),
-                    other => ReadResult::Error(Error::Transport(format!(
+                    other @ (MultiResult::Create(_)
+                    | MultiResult::Create2(_)
+                    | MultiResult::Delete
+                    | MultiResult::SetData(_)
+                    | MultiResult::Check) => ReadResult::Error(Error::Transport(format!(
                         "unexpected multiRead result {other:?}"
                     ))),
                 }
@@ -825,6 +845,10 @@ fn closed() -> Answer {
     }
 }
 
+/// A reply whose body does not fit its request. Each typed operation matches the one
+/// `Response` shape its opcode can have and sends every other variant here: whatever a
+/// future variant is, it is a protocol violation for that request, so this catch-all is
+/// the meaning we want, not a gap that rule 7 of STYLE.md guards against.
 fn unexpected(response: &Response) -> Error {
     Error::Transport(format!("unexpected response {response:?}"))
 }
