@@ -2,7 +2,7 @@
 // Apache Curator 5.4's LeaderLatch so the two can be compared. Curator is allowed to
 // fail here; this program prints what it does. Driven by run.sh.
 //
-// Usage: java CuratorScenarios <zk host:port> <seed|suspend|contenders> [n] [seed]
+// Usage: java CuratorScenarios <zk host:port> <seed|suspend|local-lost|contenders> [n] [seed]
 
 import java.io.*;
 import java.net.*;
@@ -177,6 +177,55 @@ public class CuratorScenarios {
         }
     }
 
+    /**
+     * CURATOR-696: LOST from Curator's own timer (simulated expiration) while the server
+     * still holds the old session and its latch node, which sorts first.
+     */
+    static void localLost(String direct) throws Exception {
+        String path = "/curator-local-lost/election";
+        int session = 10000;
+        try (Proxy p = new Proxy(Integer.parseInt(direct.split(":")[1]))) {
+            CuratorFramework a = CuratorFrameworkFactory.builder()
+                .connectString("127.0.0.1:" + p.port())
+                .sessionTimeoutMs(session)
+                .connectionTimeoutMs(2000)
+                .simulatedSessionExpirationPercent(1)
+                .retryPolicy(new RetryForever(100))
+                .build();
+            CountDownLatch lost = new CountDownLatch(1);
+            a.getConnectionStateListenable().addListener((cl, st) -> {
+                log("a connection state %s", st);
+                if (st == org.apache.curator.framework.state.ConnectionState.LOST) lost.countDown();
+            });
+            a.start();
+            LeaderLatch la = latch(a, path, "a");
+            la.await(15, TimeUnit.SECONDS);
+            String oldNode = la.getOurPath();
+            CuratorFramework b = client(direct, "b");
+            LeaderLatch lb = latch(b, path, "b");
+            waitFor(5000, () -> { try { return b.getChildren().forPath(path).size() == 2; } catch (Exception e) { return false; } });
+            // A silent partition: nothing reaches the server, nothing comes back.
+            p.pause();
+            log("a cut off");
+            boolean gotLost = lost.await(session * 2L, TimeUnit.MILLISECONDS);
+            ZooKeeper adm = admin(direct);
+            boolean oldAlive = adm.exists(oldNode, false) != null;
+            log("a LOST=%s; old node %s still on the server: %s", gotLost, oldNode, oldAlive);
+            p.resume();
+            AtomicInteger most = new AtomicInteger();
+            long end = System.nanoTime() + (session + 3000L) * 1_000_000L;
+            while (System.nanoTime() < end) {
+                int k = (la.hasLeadership() ? 1 : 0) + (lb.hasLeadership() ? 1 : 0);
+                most.accumulateAndGet(k, Math::max);
+                Thread.sleep(5);
+            }
+            System.out.printf("RESULT curator local-lost: old_node_alive_at_LOST=%s a_led_again=%s a_path=%s (old %s) max_simultaneous_leaders=%d a_leader_at_end=%s b_leader_at_end=%s%n",
+                oldAlive, la.hasLeadership(), la.getOurPath(), oldNode, most.get(), la.hasLeadership(), lb.hasLeadership());
+            adm.close();
+            la.close(); lb.close(); a.close(); b.close();
+        }
+    }
+
     static void contenders(String direct, int n, long seed) throws Exception {
         String path = "/curator-contenders-" + n + "/election";
         Random rnd = new Random(seed);
@@ -246,6 +295,7 @@ public class CuratorScenarios {
         switch (args[1]) {
             case "seed": seed(direct); break;
             case "suspend": suspend(direct); break;
+            case "local-lost": localLost(direct); break;
             case "contenders":
                 contenders(direct, Integer.parseInt(args[2]), Long.parseLong(args.length > 3 ? args[3] : "1"));
                 break;

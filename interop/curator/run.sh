@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the election scenarios against Apache Curator 5.4's LeaderLatch on a throwaway
 # Apache ZooKeeper 3.8, and print what Curator does (it is allowed to fail).
-# Usage: interop/curator/run.sh [scenario...]   (default: seed suspend contenders)
+# Usage: interop/curator/run.sh [scenario...]   (default: seed suspend local-lost contenders)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
@@ -11,7 +11,7 @@ javac -d "$work/classes" -cp "$cp" "$here/CuratorScenarios.java"
 zk=$("$here/zk.sh" start "$work")
 echo "Apache ZooKeeper at $zk"
 scenarios=("$@")
-[ ${#scenarios[@]} -gt 0 ] || scenarios=(seed suspend "contenders 2 7" "contenders 5 11")
+[ ${#scenarios[@]} -gt 0 ] || scenarios=(seed suspend local-lost "contenders 2 7" "contenders 5 11")
 for s in "${scenarios[@]}"; do
   echo "--- curator: $s"
   # shellcheck disable=SC2086
