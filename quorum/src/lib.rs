@@ -5,14 +5,16 @@
 //! barrier and hands over snapshots. Standalone mode is a quorum of one behind the
 //! same trait; ZAB replication over gRPC replaces it without touching the server.
 //!
-//! Status: the trait is defined. Its implementations (the quorum of one on
-//! `rzk-wal`, and the ZAB core with its transports) are being built (issues 4
-//! and 7); nothing in this crate implements replication yet.
+//! Implementations: [`standalone::QuorumOfOne`], standalone mode on `rzk-wal`
+//! (commit = durable in the local log, group-committed). The ZAB core with its
+//! transports is being built (issue 7).
 
 #![deny(missing_docs)]
 
 mod replicator;
+pub mod standalone;
 
 pub use replicator::{
     CommitStream, Committed, PeerId, Proposal, ReplicateError, Replicator, Role, SyncBarrier,
 };
+pub use standalone::{QuorumOfOne, StandaloneError, StandaloneOptions};

@@ -46,6 +46,12 @@ pub enum ReplicateError {
         /// The configured maximum.
         limit_bytes: usize,
     },
+    /// Too many proposals are in flight; the caller should shed load or wait.
+    #[error("{in_flight_max} proposals already in flight")]
+    Overloaded {
+        /// The configured maximum.
+        in_flight_max: usize,
+    },
     /// The durable log failed (for example an fsync error). The replicator stops:
     /// a storage error that could mean lost data is never retried into silence.
     #[error("storage failed: {0}")]
@@ -66,6 +72,13 @@ pub enum Committed {
         zxid: Zxid,
         /// The state machine's bytes, as it handed them to [`Replicator::save_snapshot`].
         data: Bytes,
+    },
+    /// Everything committed up to `zxid` has been delivered: the state machine is
+    /// current and may serve clients. Sent once the start-up replay is complete,
+    /// and on a learner after each sync with its leader (ZAB's UPTODATE).
+    UpToDate {
+        /// The last zxid delivered before this item.
+        zxid: Zxid,
     },
     /// A committed transaction: apply it.
     Txn {

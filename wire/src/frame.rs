@@ -4,6 +4,7 @@
 //! with its length prefix patched in place.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio_util::codec::{Decoder, Encoder};
 
 use crate::error::WireError;
 
@@ -96,6 +97,80 @@ pub fn write_frame(
     Ok(())
 }
 
+/// The bare framing layer as a codec: payloads in and out as bytes, with the
+/// length checks of the protocol codecs and the same typed errors.
+///
+/// The protocol codecs ([`crate::ServerCodec`], [`crate::ClientCodec`]) frame
+/// by themselves; this one is for code that handles frames without decoding
+/// them (a proxy, a load generator replaying pre-encoded requests, a capture
+/// tool). It knows nothing of four-letter words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameCodec {
+    /// Largest payload accepted and sent (the 4-byte prefix not counted).
+    frame_bytes_max: usize,
+}
+
+impl FrameCodec {
+    /// A codec with the given payload limit in both directions.
+    pub fn new(frame_bytes_max: usize) -> FrameCodec {
+        FrameCodec {
+            frame_bytes_max: frame_bytes_max.min(FRAME_BYTES_MAX_ABSOLUTE),
+        }
+    }
+
+    /// The limit in force.
+    pub fn frame_bytes_max(&self) -> usize {
+        self.frame_bytes_max
+    }
+}
+
+impl Default for FrameCodec {
+    /// [`REQUEST_FRAME_BYTES_MAX_DEFAULT`], ZooKeeper's `jute.maxbuffer`.
+    fn default() -> Self {
+        FrameCodec::new(REQUEST_FRAME_BYTES_MAX_DEFAULT)
+    }
+}
+
+impl Decoder for FrameCodec {
+    type Item = Bytes;
+    type Error = WireError;
+
+    /// The next whole payload (zero-copy), without its length prefix.
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, WireError> {
+        take_frame(src, self.frame_bytes_max)
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, WireError> {
+        if let Some(frame) = self.decode(src)? {
+            return Ok(Some(frame));
+        }
+        if src.is_empty() {
+            return Ok(None);
+        }
+        Err(WireError::ClosedMidFrame {
+            buffered: src.len(),
+        })
+    }
+}
+
+impl Encoder<&[u8]> for FrameCodec {
+    type Error = WireError;
+
+    /// Writes the length prefix and the payload.
+    fn encode(&mut self, payload: &[u8], dst: &mut BytesMut) -> Result<(), WireError> {
+        write_frame(dst, self.frame_bytes_max, |d| d.put_slice(payload))
+    }
+}
+
+impl Encoder<Bytes> for FrameCodec {
+    type Error = WireError;
+
+    /// Writes the length prefix and the payload.
+    fn encode(&mut self, payload: Bytes, dst: &mut BytesMut) -> Result<(), WireError> {
+        self.encode(&payload[..], dst)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +215,31 @@ mod tests {
     fn negative_length_is_refused() {
         let err = peek_length(&(-1i32).to_be_bytes(), 10).unwrap_err();
         assert!(matches!(err, WireError::NegativeFrameLength { length: -1 }));
+    }
+
+    #[test]
+    fn frame_codec_round_trips_payloads_and_reports_limits() {
+        let mut codec = FrameCodec::new(8);
+        let mut wire = BytesMut::new();
+        codec.encode(&b"abc"[..], &mut wire).unwrap();
+        codec.encode(Bytes::from_static(b""), &mut wire).unwrap();
+        assert!(matches!(
+            codec.encode(&b"123456789"[..], &mut wire),
+            Err(WireError::FrameTooLarge { length: 9, max: 8 })
+        ));
+        assert_eq!(codec.decode(&mut wire).unwrap().unwrap(), &b"abc"[..]);
+        assert_eq!(codec.decode(&mut wire).unwrap().unwrap(), &b""[..]);
+        assert!(codec.decode_eof(&mut wire).unwrap().is_none());
+        let mut wire = BytesMut::from(&[0u8, 0, 0, 9][..]);
+        assert!(matches!(
+            codec.decode(&mut wire),
+            Err(WireError::FrameTooLarge { length: 9, max: 8 })
+        ));
+        let mut wire = BytesMut::from(&[0u8, 0, 0, 2, 1][..]);
+        assert!(matches!(
+            codec.decode_eof(&mut wire),
+            Err(WireError::ClosedMidFrame { buffered: 5 })
+        ));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! - typed [`Request`]s and [`Response`]s, keyed by opcode;
 //! - two `tokio_util::codec` codecs: [`ServerCodec`] (decodes ConnectRequests,
 //!   four-letter words and requests; encodes ConnectResponses, replies and
-//!   notifications) and [`ClientCodec`] (the reverse).
+//!   notifications) and [`ClientCodec`] (the reverse); and [`FrameCodec`], the
+//!   bare length-prefix layer for code that moves frames without decoding them.
 //!
 //! ```
 //! use bytes::BytesMut;
@@ -91,7 +92,7 @@ pub use codes::{
 };
 pub use error::WireError;
 pub use four_letter::FourLetterWord;
-pub use frame::{REPLY_FRAME_BYTES_MAX_DEFAULT, REQUEST_FRAME_BYTES_MAX_DEFAULT};
+pub use frame::{FrameCodec, REPLY_FRAME_BYTES_MAX_DEFAULT, REQUEST_FRAME_BYTES_MAX_DEFAULT};
 pub use jute::Record;
 pub use multi::{MultiOp, MultiReadOp, MultiReadRequest, MultiRequest, MultiResponse, MultiResult};
 pub use records::{
@@ -108,3 +109,8 @@ pub use records::{
 pub use request::{Request, RequestFrame};
 pub use response::{Notification, RawReply, Reply, Response};
 pub use server::ServerCodec;
+
+/// The README's example is compiled as a doctest so that it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

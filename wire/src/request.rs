@@ -256,10 +256,10 @@ impl RequestFrame {
         self.request.encode_body(dst);
     }
 
-    /// Decodes a whole frame payload (header + record) the way a server does:
-    /// leniently, trailing bytes ignored. This is the strict-typed counterpart
-    /// of [`crate::server::ServerCodec`]'s classification: every failure is an
-    /// error here, whatever its kind.
+    /// Decodes a whole frame payload (header + record) leniently, as a server
+    /// reads requests (trailing bytes ignored). Every failure is an `Err` here,
+    /// whatever its kind; a server that must tell a bad record from an unknown
+    /// opcode uses [`crate::server::classify_request`] (or the codec) instead.
     pub fn decode_payload(payload: &Bytes) -> Result<RequestFrame, WireError> {
         let mut r = Reader::new(payload, Strictness::Lenient);
         let xid = Xid(r.i32("RequestHeader.xid")?);

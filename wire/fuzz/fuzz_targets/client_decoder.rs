@@ -63,8 +63,16 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let mut codec = ClientCodec::with_limits(64 * 1024, 64 * 1024);
-    let mut src = if flags & 1 == 1 { connect_frame() } else { BytesMut::new() };
-    let chunk = if *chunk == 0 { stream.len().max(1) } else { usize::from(*chunk) };
+    let mut src = if flags & 1 == 1 {
+        connect_frame()
+    } else {
+        BytesMut::new()
+    };
+    let chunk = if *chunk == 0 {
+        stream.len().max(1)
+    } else {
+        usize::from(*chunk)
+    };
     for piece in stream.chunks(chunk) {
         src.extend_from_slice(piece);
         loop {

@@ -40,7 +40,8 @@ fn check(item: &server::Incoming) {
     // are dropped); the normal form must be a fixed point.
     let mut payload = BytesMut::new();
     frame.encode_payload(&mut payload);
-    let again = RequestFrame::decode_payload(&payload.freeze()).expect("re-encoded request decodes");
+    let again =
+        RequestFrame::decode_payload(&payload.freeze()).expect("re-encoded request decodes");
     assert_eq!(&again, frame);
 }
 
@@ -50,8 +51,16 @@ fuzz_target!(|data: &[u8]| {
     };
     // A small limit keeps the fuzzer in interesting territory.
     let mut codec = ServerCodec::with_frame_bytes_max(64 * 1024);
-    let mut src = if flags & 1 == 1 { connect_frame() } else { BytesMut::new() };
-    let chunk = if *chunk == 0 { stream.len().max(1) } else { usize::from(*chunk) };
+    let mut src = if flags & 1 == 1 {
+        connect_frame()
+    } else {
+        BytesMut::new()
+    };
+    let chunk = if *chunk == 0 {
+        stream.len().max(1)
+    } else {
+        usize::from(*chunk)
+    };
     for piece in stream.chunks(chunk) {
         src.extend_from_slice(piece);
         loop {
