@@ -18,6 +18,9 @@ pub struct ClientConfig {
     pub session_timeout: Duration,
     /// How long one TCP connect plus handshake may take before the next host is tried.
     pub connect_timeout: Duration,
+    /// How long [`Client::connect`](crate::Client::connect) waits for the first session
+    /// (Curator's connection timeout, 15 s by default).
+    pub first_connect_timeout: Duration,
     /// The client-side session deadline while disconnected, in percent of the session
     /// timeout (Curator's `simulatedSessionExpirationPercent`, 1..=100).
     pub deadline_percent: u32,
@@ -44,6 +47,7 @@ impl ClientConfig {
             chroot,
             session_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(2),
+            first_connect_timeout: Duration::from_secs(15),
             deadline_percent: 100,
             outstanding_max: 1024,
             auth: Vec::new(),

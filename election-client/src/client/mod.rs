@@ -156,9 +156,9 @@ impl Client {
         }
     }
 
-    /// Start and wait for the first session, at most `cfg.session_timeout`.
+    /// Start and wait for the first session, at most `cfg.first_connect_timeout`.
     pub async fn connect(cfg: ClientConfig) -> Result<Client> {
-        let wait = cfg.session_timeout;
+        let wait = cfg.first_connect_timeout;
         let client = Client::start(cfg);
         let (mut current, mut states) = client.subscribe();
         let connected = async {
