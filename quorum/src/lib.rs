@@ -1,19 +1,57 @@
-//! `rzk-quorum`: replication for rzk.
+//! `rzk-quorum`: ZAB-style replication for rzk.
 //!
 //! What the server sees of replication is the [`Replicator`] trait: it proposes
 //! transactions, consumes the committed ones in zxid order, asks for a `sync`
-//! barrier and hands over snapshots. Standalone mode is a quorum of one behind the
-//! same trait; ZAB replication over gRPC replaces it without touching the server.
+//! barrier and hands over snapshots.
 //!
-//! Implementations: [`standalone::QuorumOfOne`], standalone mode on `rzk-wal`
-//! (commit = durable in the local log, group-committed). The ZAB core with its
-//! transports is being built (issue 7).
+//! Inside, replication is a sans-IO state machine, [`core::Peer`]
+//! (`step(now, input) -> outputs`, in the style of raft-rs / etcd-raft /
+//! openraft): fast leader election, discovery, synchronisation (DIFF, TRUNC,
+//! SNAP) and broadcast (PROPOSAL / ACK / COMMIT, pipelined and batched), plus the
+//! epoch rollover of invariant I3. It owns no socket, file or clock, which is what
+//! lets `rzk-sim` run it under a simulated network, disk and clock.
+//!
+//! Around it: [`driver::ZabReplicator`] runs a peer on tokio and implements
+//! [`Replicator`]; [`transport`] has the [`transport::Transport`] trait and an
+//! in-memory network; [`grpc`] the tonic transport; [`storage`] the storage
+//! trait the driver needs, implemented on `rzk-wal` by [`wal_storage::WalStorage`].
+//! Standalone mode is [`standalone::QuorumOfOne`] on `rzk-wal` (commit = durable
+//! in the local log, group-committed).
+//!
+//! ```
+//! use rzk_quorum::core::{Config, Input, Output, Peer, Recovered, Tick};
+//! use rzk_quorum::PeerId;
+//!
+//! // A single-voter ensemble elects itself; every storage command it emits is
+//! // reported back as done, as a driver would after the fsync.
+//! let cfg = Config::new(PeerId(1), [PeerId(1)]);
+//! let (mut peer, mut out) = Peer::new(cfg, Recovered::default(), Tick(0)).unwrap();
+//! for t in 1..2_000 {
+//!     let done: Vec<_> = out.iter().filter_map(|o| match o {
+//!         Output::Storage { op, .. } => Some(*op),
+//!         _ => None,
+//!     }).collect();
+//!     out = match done.last() {
+//!         Some(op) => peer.step(Tick(t), Input::StorageDone { op: *op }),
+//!         None => peer.step(Tick(t), Input::Tick),
+//!     };
+//! }
+//! assert_eq!(peer.role(), rzk_quorum::Role::Leader);
+//! ```
 
 #![deny(missing_docs)]
 
+pub mod core;
+pub mod driver;
+pub mod grpc;
+pub mod message;
 mod replicator;
 pub mod standalone;
+pub mod storage;
+pub mod transport;
+pub mod wal_storage;
 
+pub use driver::{DriverConfig, PeerStats, ZabReplicator};
 pub use replicator::{
     CommitStream, Committed, PeerId, Proposal, ReplicateError, Replicator, Role, SyncBarrier,
 };

@@ -92,18 +92,39 @@ pub enum Committed {
 /// The receiving end of the committed stream. There is exactly one per replicator.
 #[derive(Debug)]
 pub struct CommitStream {
-    rx: mpsc::Receiver<Committed>,
+    rx: CommitRx,
+}
+
+#[derive(Debug)]
+enum CommitRx {
+    Bounded(mpsc::Receiver<Committed>),
+    /// The ZAB driver must never block its protocol loop (pings, acks) on a slow
+    /// state machine, so it feeds an unbounded channel; the server bounds what is
+    /// in flight by its limit on outstanding requests.
+    Unbounded(mpsc::UnboundedReceiver<Committed>),
 }
 
 impl CommitStream {
     /// Wraps the channel a replicator implementation feeds, in zxid order.
     pub fn new(rx: mpsc::Receiver<Committed>) -> CommitStream {
-        CommitStream { rx }
+        CommitStream {
+            rx: CommitRx::Bounded(rx),
+        }
+    }
+
+    /// Wraps an unbounded channel a replicator implementation feeds, in zxid order.
+    pub fn unbounded(rx: mpsc::UnboundedReceiver<Committed>) -> CommitStream {
+        CommitStream {
+            rx: CommitRx::Unbounded(rx),
+        }
     }
 
     /// The next committed item, or `None` once the replicator has shut down.
     pub async fn next(&mut self) -> Option<Committed> {
-        self.rx.recv().await
+        match &mut self.rx {
+            CommitRx::Bounded(rx) => rx.recv().await,
+            CommitRx::Unbounded(rx) => rx.recv().await,
+        }
     }
 }
 
@@ -156,7 +177,10 @@ pub type SyncBarrier = Proposal;
 ///   from the snapshot's zxid. A proposal's future resolves no earlier than the
 ///   transaction is durable on a quorum.
 /// - At start the stream replays the newest valid snapshot and the durable log
-///   after it, so in-memory state is always rebuilt from disk (I2).
+///   after it, so in-memory state is always rebuilt from disk (I2). The log
+///   after the snapshot is delivered once it is known committed (for a ZAB peer:
+///   when it rejoins a leader or its own leadership is established), because an
+///   uncommitted tail may still be truncated by the next leader.
 pub trait Replicator: Send + Sync + 'static {
     /// Proposes a transaction. Fails at once with [`ReplicateError::NotLeader`] on a
     /// peer that is not the leader.

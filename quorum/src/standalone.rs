@@ -282,6 +282,9 @@ impl Replicator for QuorumOfOne {
                     zxid
                 })
                 .map_err(|e| ReplicateError::Storage(e.to_string()));
+            // The handle goes before the reply: whoever waits on the reply may shut
+            // down and reopen the log next.
+            drop(wal);
             let _ = reply.send(result);
         });
         Proposal::new(rx)
@@ -322,6 +325,9 @@ impl Sequencer {
             let entry = match command {
                 Command::Sync { reply } => Entry::Sync { reply },
                 Command::Shutdown { done } => {
+                    // Release this task's handle on the log before the committer
+                    // reports the shutdown done, so the caller can reopen the log.
+                    drop(self);
                     let _ = entries.send(Entry::Shutdown { done });
                     return;
                 }

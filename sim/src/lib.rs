@@ -1,7 +1,1056 @@
-//! `rzk-sim`: Deterministic simulation of rzk-quorum: simulated network, disk and clock, seeded faults, a ZAB invariant checker.
+//! `rzk-sim`: deterministic simulation of `rzk-quorum`.
 //!
-//! Not built yet: this crate is an empty library that compiles, so the workspace
-//! has its final shape. Its work is tracked in issue 7; nothing here claims a
-//! feature it lacks.
+//! N peers (3 or 5) run the sans-IO core ([`rzk_quorum::core::Peer`]) under a
+//! simulated network (delay, loss, reordering, duplication, partitions and
+//! healing), a simulated disk (only completed writes are durable; on a crash a
+//! random prefix of the uncompleted ones survives, the last record possibly torn
+//! off), a simulated clock, and clients that propose and `sync`. Peers crash and
+//! restart at random points, including right after each step of every sync mode.
+//!
+//! After every step a checker asserts ZAB's safety properties by their
+//! specification names — PrefixConsistency, Integrity, Agreement, TotalOrder,
+//! LocalPrimaryOrder, GlobalPrimaryOrder, PrimaryIntegrity, Leadership — plus:
+//! no acknowledged proposal is lost, zxids strictly increase in every log
+//! (LogContiguity), nothing a peer advertised was beyond its durable log (I1),
+//! epochs never go back and never trail the log (EpochMonotonicity, EpochFence),
+//! a truncation never removes a committed txn (CommittedLogDurability), and a
+//! sync barrier covers every write acknowledged before it (SyncLinearizable, I6b).
+//! When faults stop, a leader must be elected and every peer must converge within
+//! a bounded simulated time (Liveness).
+//!
+//! Every run is a pure function of its seed (ChaCha RNG, no wall clock, no hash
+//! map iteration), so a failure replays exactly:
+//!
+//! ```
+//! let opts = rzk_sim::Options::default();
+//! let report = rzk_sim::run(7, &opts).expect("seed 7 passes");
+//! assert_eq!(report.trace_hash, rzk_sim::run(7, &opts).unwrap().trace_hash);
+//! ```
 
 #![deny(missing_docs)]
+
+mod checker;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rzk_quorum::core::{Config, Input, OpId, Output, Peer, Recovered, StorageCmd, TestBugs, Tick};
+use rzk_quorum::message::{Entry, Message, PeerState, SessionMsg};
+use rzk_quorum::{PeerId, Role};
+use rzk_zxid::{CounterLimit, Zxid};
+
+pub use checker::Violation;
+use checker::{payload_id, violation, Checker, Disk};
+
+/// What a run simulates.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Number of peers.
+    pub nodes: usize,
+    /// Simulated milliseconds with faults and client load.
+    pub fault_ms: u64,
+    /// Bound for convergence after the faults stop (Liveness).
+    pub settle_ms: u64,
+    /// The zxid counter limit; `None` lets each seed pick (mostly the default,
+    /// sometimes a low one so the epoch rollover runs).
+    pub counter_limit: Option<u32>,
+    /// Bug switches to re-introduce (regression proofs).
+    pub bugs: TestBugs,
+    /// Probability that a message is lost.
+    pub loss: f64,
+    /// Probability that a message is delivered twice.
+    pub duplicate: f64,
+    /// Probability that a message overtakes earlier ones on its link (links are
+    /// otherwise FIFO, like the gRPC streams they stand for).
+    pub reorder: f64,
+    /// Whether to crash and restart peers.
+    pub crashes: bool,
+    /// Whether to partition the network.
+    pub partitions: bool,
+    /// How many trace lines a failure report keeps.
+    pub trace_lines: usize,
+    /// Whether to check I1 on every message (AdvertisedDurable). Turned off only
+    /// to show what a violation leads to further on (a log gap, a lost txn).
+    pub check_claims: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            nodes: 3,
+            fault_ms: 20_000,
+            settle_ms: 20_000,
+            counter_limit: None,
+            bugs: TestBugs::default(),
+            loss: 0.01,
+            duplicate: 0.005,
+            reorder: 0.01,
+            crashes: true,
+            partitions: true,
+            trace_lines: 60,
+            check_claims: true,
+        }
+    }
+}
+
+/// What a passing run did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// A hash of the whole event trace; equal for two runs of one seed.
+    pub trace_hash: u64,
+    /// Simulated milliseconds run.
+    pub sim_ms: u64,
+    /// Transactions acknowledged to clients.
+    pub acked: usize,
+    /// Crashes injected.
+    pub crashes: u64,
+    /// Partitions injected.
+    pub partitions: u64,
+    /// Sync modes seen: DIFF, TRUNC, SNAP.
+    pub syncs: [u64; 3],
+    /// Epoch rollovers committed.
+    pub rollovers: u64,
+    /// Sync barriers completed.
+    pub sync_barriers: u64,
+}
+
+/// A failing run: the seed, the property, and the last events.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    /// The seed that fails.
+    pub seed: u64,
+    /// The violated property.
+    pub violation: Violation,
+    /// The simulated time of the violation.
+    pub at_ms: u64,
+    /// The last events before it, and each peer's state.
+    pub trace: Vec<String>,
+    /// The command that replays this run.
+    pub replay: String,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "seed {} violated {} at {} ms: {}",
+            self.seed, self.violation.property, self.at_ms, self.violation.detail
+        )?;
+        for line in &self.trace {
+            writeln!(f, "  {line}")?;
+        }
+        write!(f, "replay: {}", self.replay)
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Event {
+    Deliver {
+        to: usize,
+        from: usize,
+        msg: Message,
+    },
+    StorageDone {
+        node: usize,
+        incarnation: u64,
+    },
+    Tick {
+        node: usize,
+        incarnation: u64,
+    },
+    Client,
+    Crash {
+        node: usize,
+    },
+    Restart {
+        node: usize,
+    },
+    Partition,
+    Heal,
+    Snapshot,
+    ClientSync,
+}
+
+struct Node {
+    id: PeerId,
+    peer: Option<Peer>,
+    incarnation: u64,
+    disk: Disk,
+    /// Commands issued and not yet completed (not durable).
+    inflight: VecDeque<(OpId, StorageCmd)>,
+    done_scheduled: bool,
+    /// The state machine: the delivered sequence.
+    sm: Vec<(Zxid, u64)>,
+    /// Proposal ids this node proposed as leader: request id → (zxid, payload).
+    proposed: BTreeMap<u64, u64>,
+    /// Pending client syncs: id → max acked zxid when issued.
+    syncs: BTreeMap<u64, Zxid>,
+    /// The epoch this node is the established leader of, if it leads.
+    leading: Option<rzk_zxid::Epoch>,
+}
+
+struct World {
+    opts: Options,
+    rng: ChaCha8Rng,
+    now: u64,
+    seq: u64,
+    events: BTreeMap<(u64, u64), Event>,
+    nodes: Vec<Node>,
+    /// Partition groups: node → group; messages cross groups only when equal.
+    group: Vec<u8>,
+    /// Latest scheduled delivery per link (from, to), for FIFO order.
+    link_last: BTreeMap<(usize, usize), u64>,
+    checker: Checker,
+    hash: u64,
+    ring: VecDeque<String>,
+    next_payload: u64,
+    next_request: u64,
+    report: Report,
+    limit: CounterLimit,
+    faults_on: bool,
+    events_since_check: u64,
+}
+
+const TICK_MS: u64 = 10;
+
+fn fnv(h: u64, x: u64) -> u64 {
+    let mut h = h;
+    for b in x.to_le_bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+fn sm_encode(sm: &[(Zxid, u64)]) -> Bytes {
+    let mut v = Vec::with_capacity(sm.len() * 16);
+    for (z, id) in sm {
+        v.extend_from_slice(&z.as_u64().to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    Bytes::from(v)
+}
+
+fn sm_decode(b: &[u8]) -> Vec<(Zxid, u64)> {
+    b.chunks_exact(16)
+        .map(|c| {
+            let z = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
+            let id = u64::from_le_bytes(c[8..].try_into().expect("8 bytes"));
+            (Zxid::from_u64(z), id)
+        })
+        .collect()
+}
+
+/// Runs one seed. `Ok` if every property held and the peers converged.
+pub fn run(seed: u64, opts: &Options) -> Result<Report, Box<Failure>> {
+    let mut w = World::new(seed, opts.clone());
+    // An assertion inside the core (STYLE rule 2) is a failure of this seed too.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.run()));
+    let outcome = match outcome {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            Err(violation("CoreAssertion", msg))
+        }
+    };
+    match outcome {
+        Ok(()) => {
+            let mut r = w.report.clone();
+            r.trace_hash = w.hash;
+            r.sim_ms = w.now;
+            r.acked = w.checker.acked.len();
+            Ok(r)
+        }
+        Err(v) => {
+            let mut trace: Vec<String> = w.ring.iter().cloned().collect();
+            for n in &w.nodes {
+                trace.push(match &n.peer {
+                    Some(p) => format!("state {}", p.describe()),
+                    None => format!("state {:?} down, disk last {}", n.id, n.disk.last()),
+                });
+            }
+            let mut replay = format!(
+                "cargo run -p rzk-sim --release -- --seed {seed} --nodes {} --fault-ms {}",
+                opts.nodes, opts.fault_ms
+            );
+            if let Some(l) = opts.counter_limit {
+                replay.push_str(&format!(" --limit {l}"));
+            }
+            if opts.bugs.keep_memory_after_interrupted_trunc {
+                replay.push_str(" --bug-5094");
+            }
+            if !opts.check_claims {
+                replay.push_str(" --no-claims-check");
+            }
+            replay.push_str(" --trace 5000");
+            Err(Box::new(Failure {
+                seed,
+                violation: v,
+                at_ms: w.now,
+                trace,
+                replay,
+            }))
+        }
+    }
+}
+
+impl World {
+    fn new(seed: u64, opts: Options) -> World {
+        let _ = seed;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let limit = match opts.counter_limit {
+            Some(l) => CounterLimit::new(l),
+            None if rng.random_bool(0.25) => CounterLimit::new(rng.random_range(3..40)),
+            None => CounterLimit::DEFAULT,
+        };
+        let nodes = (0..opts.nodes)
+            .map(|i| Node {
+                id: PeerId(i as u64 + 1),
+                peer: None,
+                incarnation: 0,
+                disk: Disk::default(),
+                inflight: VecDeque::new(),
+                done_scheduled: false,
+                sm: Vec::new(),
+                proposed: BTreeMap::new(),
+                syncs: BTreeMap::new(),
+                leading: None,
+            })
+            .collect();
+        World {
+            group: vec![0; opts.nodes],
+            link_last: BTreeMap::new(),
+            opts,
+            rng,
+            now: 0,
+            seq: 0,
+            events: BTreeMap::new(),
+            nodes,
+            checker: Checker::default(),
+            hash: 0xcbf29ce484222325,
+            ring: VecDeque::new(),
+            next_payload: 1,
+            next_request: 1,
+            report: Report::default(),
+            limit,
+            faults_on: true,
+            events_since_check: 0,
+        }
+    }
+
+    fn schedule(&mut self, at: u64, ev: Event) {
+        self.seq += 1;
+        self.events.insert((at, self.seq), ev);
+    }
+
+    fn note(&mut self, line: impl FnOnce() -> String) {
+        if self.ring.len() >= self.opts.trace_lines {
+            self.ring.pop_front();
+        }
+        let now = self.now;
+        self.ring.push_back(format!("{now:>6} {}", line()));
+    }
+
+    fn config(&self, i: usize) -> Config {
+        let mut cfg = Config::new(self.nodes[i].id, self.nodes.iter().map(|n| n.id));
+        cfg.counter_limit = self.limit;
+        cfg.finalize_wait = 20;
+        cfg.notification_interval_min = 20;
+        cfg.notification_interval_max = 400;
+        cfg.ping_interval = 30;
+        cfg.init_limit = 600;
+        cfg.sync_limit = 200;
+        cfg.batch_entries_max = 16;
+        cfg.log_retained_below_snapshot_max = 8;
+        cfg.incarnation = self.nodes[i].incarnation;
+        cfg.test_bugs = self.opts.bugs;
+        cfg
+    }
+
+    fn start(&mut self, i: usize) -> Result<(), Violation> {
+        let n = &mut self.nodes[i];
+        n.incarnation += 1;
+        n.inflight.clear();
+        n.done_scheduled = false;
+        n.sm.clear();
+        n.proposed.clear();
+        n.syncs.clear();
+        n.leading = None;
+        let rec = Recovered {
+            epochs: n.disk.epochs,
+            snapshot: n.disk.snapshot.clone(),
+            log: n.disk.log.clone(),
+            sync_in_progress: n.disk.marker,
+        };
+        let cfg = self.config(i);
+        let (peer, out) = Peer::new(cfg, rec, Tick(self.now)).map_err(|e| {
+            violation(
+                "Recovery",
+                format!("{:?} cannot restart: {e}", self.nodes[i].id),
+            )
+        })?;
+        self.nodes[i].peer = Some(peer);
+        let inc = self.nodes[i].incarnation;
+        let at = self.now + 1 + self.rng.random_range(0..TICK_MS);
+        self.schedule(
+            at,
+            Event::Tick {
+                node: i,
+                incarnation: inc,
+            },
+        );
+        self.handle_outputs(i, out)
+    }
+
+    fn run(&mut self) -> Result<(), Violation> {
+        for i in 0..self.nodes.len() {
+            self.start(i)?;
+        }
+        self.schedule(50, Event::Client);
+        self.schedule(300, Event::Snapshot);
+        self.schedule(200, Event::ClientSync);
+        if self.opts.crashes {
+            let at = self.rng.random_range(200..1500);
+            let node = self.rng.random_range(0..self.nodes.len());
+            self.schedule(at, Event::Crash { node });
+        }
+        if self.opts.partitions {
+            let at = self.rng.random_range(300..2000);
+            self.schedule(at, Event::Partition);
+        }
+        let fault_end = self.opts.fault_ms;
+        let end = fault_end + self.opts.settle_ms;
+        let mut next_converge_check = fault_end;
+        while let Some((&(at, seq), _)) = self.events.iter().next() {
+            if at > end {
+                break;
+            }
+            let ev = self.events.remove(&(at, seq)).expect("present");
+            self.now = at;
+            if self.faults_on && at >= fault_end {
+                self.stop_faults()?;
+            }
+            self.dispatch(ev)?;
+            self.events_since_check += 1;
+            if self.events_since_check >= 500 {
+                self.events_since_check = 0;
+                self.check_acked_durable()?;
+            }
+            if !self.faults_on && at >= next_converge_check {
+                next_converge_check = at + 100;
+                if self.converged() {
+                    return self.final_checks();
+                }
+            }
+        }
+        Err(violation(
+            "Liveness",
+            format!(
+                "no convergence within {} ms after faults stopped",
+                self.opts.settle_ms
+            ),
+        ))
+    }
+
+    fn stop_faults(&mut self) -> Result<(), Violation> {
+        self.faults_on = false;
+        self.note(|| "faults stop; heal and restart all".into());
+        self.group.iter_mut().for_each(|g| *g = 0);
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].peer.is_none() {
+                self.start(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn converged(&self) -> bool {
+        let mut leader = None;
+        for n in &self.nodes {
+            let Some(p) = &n.peer else { return false };
+            if p.role() == Role::Leader {
+                if leader.is_some() {
+                    return false;
+                }
+                leader = Some(p);
+            }
+        }
+        let Some(l) = leader else { return false };
+        let target = l.commit_known();
+        self.nodes.iter().all(|n| {
+            let p = n.peer.as_ref().expect("all up");
+            p.leader() == Some(l.id())
+                && p.applied() == target
+                && n.sm.last().map(|s| s.0).unwrap_or(Zxid::ZERO) == target
+        })
+    }
+
+    fn final_checks(&mut self) -> Result<(), Violation> {
+        self.check_acked_durable()?;
+        // Agreement at the end: everyone delivered the same sequence, and it holds
+        // every acknowledged transaction (no acknowledged proposal is lost).
+        let first = self.nodes[0].sm.clone();
+        for n in &self.nodes {
+            if n.sm != first {
+                return Err(violation(
+                    "Agreement",
+                    format!(
+                        "{:?} delivered {} txns, {:?} {}",
+                        n.id,
+                        n.sm.len(),
+                        self.nodes[0].id,
+                        first.len()
+                    ),
+                ));
+            }
+        }
+        let delivered: BTreeMap<Zxid, u64> = first.iter().copied().collect();
+        for (z, id) in &self.checker.acked {
+            if delivered.get(z) != Some(id) {
+                return Err(violation(
+                    "AckedNotLost",
+                    format!("acknowledged {z}={id} is not in the converged history"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every acknowledged txn is on at least one disk at all times, and on a
+    /// quorum of disks when it is acknowledged (checked in `on_ack`).
+    fn check_acked_durable(&self) -> Result<(), Violation> {
+        for (z, id) in &self.checker.acked {
+            if !self.nodes.iter().any(|n| n.disk.holds(*z, *id)) {
+                return Err(violation(
+                    "AckedNotLost",
+                    format!("acknowledged {z}={id} is on no disk"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn dispatch(&mut self, ev: Event) -> Result<(), Violation> {
+        match ev {
+            Event::Deliver { to, from, msg } => {
+                self.hash = fnv(fnv(self.hash, self.now), (to * 16 + from) as u64);
+                self.deliver(to, from, msg)
+            }
+            Event::StorageDone { node, incarnation } => {
+                if self.nodes[node].incarnation != incarnation || self.nodes[node].peer.is_none() {
+                    return Ok(());
+                }
+                self.nodes[node].done_scheduled = false;
+                self.complete_storage(node)
+            }
+            Event::Tick { node, incarnation } => {
+                if self.nodes[node].incarnation != incarnation || self.nodes[node].peer.is_none() {
+                    return Ok(());
+                }
+                self.schedule(self.now + TICK_MS, Event::Tick { node, incarnation });
+                self.step(node, Input::Tick)
+            }
+            Event::Client => self.client(),
+            Event::ClientSync => self.client_sync(),
+            Event::Crash { node } => self.crash(node),
+            Event::Restart { node } => {
+                if self.nodes[node].peer.is_none() {
+                    self.note(|| format!("restart {}", node + 1));
+                    self.start(node)?;
+                }
+                Ok(())
+            }
+            Event::Partition => self.partition(),
+            Event::Heal => {
+                self.group.iter_mut().for_each(|g| *g = 0);
+                self.note(|| "heal".into());
+                Ok(())
+            }
+            Event::Snapshot => self.snapshot(),
+        }
+    }
+
+    fn deliver(&mut self, to: usize, from: usize, msg: Message) -> Result<(), Violation> {
+        if self.nodes[to].peer.is_none() || self.group[to] != self.group[from] {
+            return Ok(());
+        }
+        let sync_step = match &msg {
+            Message::Session { msg, .. } => match msg {
+                SessionMsg::Diff { .. } => Some(0),
+                SessionMsg::Trunc { .. } => Some(1),
+                SessionMsg::Snap { .. } => Some(2),
+                SessionMsg::NewLeader { .. } | SessionMsg::Proposal { .. } => Some(3),
+                _ => None,
+            },
+            Message::Notification(_) => None,
+        };
+        if let Some(k) = sync_step {
+            if k < 3 {
+                self.report.syncs[k] += 1;
+            }
+            // Crash right after a sync step, before its writes complete: covers
+            // an interruption at each step of every sync mode.
+            if self.faults_on && self.opts.crashes && self.rng.random_bool(0.02) {
+                let at = self.now + self.rng.random_range(0..3);
+                self.schedule(at, Event::Crash { node: to });
+            }
+        }
+        let from_id = self.nodes[from].id;
+        self.step(to, Input::Message { from: from_id, msg })
+    }
+
+    fn step(&mut self, i: usize, input: Input) -> Result<(), Violation> {
+        let now = Tick(self.now);
+        let Some(peer) = self.nodes[i].peer.as_mut() else {
+            return Ok(());
+        };
+        let out = peer.step(now, input);
+        self.handle_outputs(i, out)
+    }
+
+    fn handle_outputs(&mut self, i: usize, out: Vec<Output>) -> Result<(), Violation> {
+        for o in out {
+            self.handle_output(i, o)?;
+        }
+        Ok(())
+    }
+
+    fn handle_output(&mut self, i: usize, o: Output) -> Result<(), Violation> {
+        match o {
+            Output::Send { to, msg } => self.send(i, to, msg),
+            Output::Storage { op, cmd } => {
+                self.hash = fnv(self.hash, op.0);
+                self.nodes[i].inflight.push_back((op, cmd));
+                if !self.nodes[i].done_scheduled {
+                    self.nodes[i].done_scheduled = true;
+                    let at = self.now + self.rng.random_range(1..6);
+                    let incarnation = self.nodes[i].incarnation;
+                    self.schedule(
+                        at,
+                        Event::StorageDone {
+                            node: i,
+                            incarnation,
+                        },
+                    );
+                }
+                Ok(())
+            }
+            Output::ApplySnapshot { zxid, data } => {
+                let seq = sm_decode(&data);
+                if seq.last().map(|s| s.0).unwrap_or(Zxid::ZERO) != zxid {
+                    return Err(violation(
+                        "SnapshotIntegrity",
+                        format!("snapshot named {zxid} holds {:?}", seq.last()),
+                    ));
+                }
+                self.checker.on_snapshot(self.nodes[i].id, &seq)?;
+                self.nodes[i].sm = seq;
+                Ok(())
+            }
+            Output::Apply(entries) => self.apply(i, entries),
+            Output::Proposed { id, zxid } => {
+                let payload = self.nodes[i].proposed.get(&id).copied().unwrap_or(0);
+                let who = self.nodes[i].id;
+                self.note(|| format!("{who:?} proposed {zxid}={payload}"));
+                let delivered = self.nodes[i].sm.len();
+                // A proposal of an epoch after an uncommitted rollover proposal is
+                // tentative (never written until the rollover commits); it is a
+                // primary's broadcast only within the established epoch.
+                let primary = self.nodes[i].leading.is_some_and(|e| zxid.epoch() <= e);
+                self.checker.on_broadcast(
+                    self.nodes[i].id,
+                    zxid,
+                    payload,
+                    primary.then_some(delivered),
+                )
+            }
+            Output::ProposeFailed { id, .. } => {
+                self.nodes[i].proposed.remove(&id);
+                Ok(())
+            }
+            Output::SyncDone { id, zxid } => {
+                let Some(before) = self.nodes[i].syncs.remove(&id) else {
+                    return Ok(());
+                };
+                let applied = self.nodes[i].sm.last().map(|s| s.0).unwrap_or(Zxid::ZERO);
+                if zxid < before || applied < zxid {
+                    return Err(violation(
+                        "SyncLinearizable",
+                        format!(
+                            "{:?} sync barrier {zxid}, applied {applied}, but {before} was acknowledged before the sync",
+                            self.nodes[i].id
+                        ),
+                    ));
+                }
+                self.report.sync_barriers += 1;
+                Ok(())
+            }
+            Output::SyncFailed { id, .. } => {
+                self.nodes[i].syncs.remove(&id);
+                Ok(())
+            }
+            Output::RoleChanged { role, epoch, .. } => {
+                let id = self.nodes[i].id;
+                let last = self.nodes[i].disk.last();
+                self.note(|| format!("{id:?} role {role:?} epoch {epoch} disk {last}"));
+                self.nodes[i].leading = (role == Role::Leader).then_some(epoch);
+                if role == Role::Leader {
+                    self.checker.on_established(id, epoch)?;
+                    // LeaderLogCompleteness (§8.4): an established leader's durable
+                    // history holds every acknowledged transaction.
+                    let disk = &self.nodes[i].disk;
+                    if let Some((z, v)) = self
+                        .checker
+                        .acked
+                        .iter()
+                        .find(|(z, v)| !disk.holds(**z, **v))
+                    {
+                        return Err(violation(
+                            "LeaderLogCompleteness",
+                            format!("{id:?} established epoch {epoch} without acknowledged {z}={v} (disk ends at {})", disk.last()),
+                        ));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn apply(&mut self, i: usize, entries: Vec<Entry>) -> Result<(), Violation> {
+        let id = self.nodes[i].id;
+        for e in entries {
+            let pid = payload_id(&e);
+            let prev = self.nodes[i].sm.last().map(|s| s.0).unwrap_or(Zxid::ZERO);
+            let index = self.nodes[i].sm.len();
+            self.checker.on_deliver(id, index, prev, e.zxid, pid)?;
+            if e.zxid.is_last_with(self.limit) {
+                self.report.rollovers += u64::from(index + 1 == self.checker.global.len());
+            }
+            self.nodes[i].sm.push((e.zxid, pid));
+            // The client of a proposal this peer made as leader gets its answer:
+            // the txn is committed and applied here (I6).
+            let mine = self.nodes[i]
+                .peer
+                .as_ref()
+                .is_some_and(|p| p.role() == Role::Leader)
+                && self.nodes[i].proposed.values().any(|v| *v == pid);
+            if mine {
+                let holders = self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.disk.holds(e.zxid, pid))
+                    .count();
+                let quorum = self.nodes.len() / 2 + 1;
+                if holders < quorum {
+                    return Err(violation(
+                        "DurableBeforeAck",
+                        format!(
+                            "{id:?} acknowledged {} with {holders} durable copies",
+                            e.zxid
+                        ),
+                    ));
+                }
+                self.nodes[i].proposed.retain(|_, v| *v != pid);
+                self.checker.on_ack(e.zxid, pid);
+            }
+        }
+        Ok(())
+    }
+
+    /// I1: what a message claims about the sender's history is on its disk.
+    fn check_claims(&self, i: usize, msg: &Message) -> Result<(), Violation> {
+        let n = &self.nodes[i];
+        let disk_last = n.disk.last();
+        let ep = n.disk.epochs;
+        let bad = |what: String| Err(violation("AdvertisedDurable", format!("{:?} {what}", n.id)));
+        match msg {
+            Message::Notification(nt) => {
+                if nt.state == PeerState::Looking
+                    && nt.vote.leader == n.id
+                    && (nt.vote.zxid > disk_last || nt.vote.peer_epoch > ep.current)
+                {
+                    return bad(format!(
+                        "voted for itself with {} / epoch {} but its disk ends at {disk_last} / epoch {}",
+                        nt.vote.zxid, nt.vote.peer_epoch, ep.current
+                    ));
+                }
+                Ok(())
+            }
+            Message::Session { msg, .. } => match msg {
+                SessionMsg::FollowerInfo { accepted_epoch, .. } if *accepted_epoch > ep.accepted => {
+                    bad(format!("FOLLOWERINFO with acceptedEpoch {accepted_epoch} > disk {}", ep.accepted))
+                }
+                SessionMsg::AckEpoch {
+                    current_epoch,
+                    last_zxid,
+                    ..
+                } if *last_zxid != disk_last || *current_epoch > ep.current => bad(format!(
+                    "ACKEPOCH claims {last_zxid} / epoch {current_epoch}, disk has {disk_last} / epoch {}",
+                    ep.current
+                )),
+                SessionMsg::Ack { upto } if *upto > disk_last => {
+                    bad(format!("ACK {upto} beyond its disk {disk_last}"))
+                }
+                SessionMsg::AckNewLeader { epoch } if *epoch > ep.current => bad(format!(
+                    "NEWLEADER ACK for epoch {epoch} with currentEpoch {} on disk",
+                    ep.current
+                )),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    fn send(&mut self, i: usize, to: PeerId, msg: Message) -> Result<(), Violation> {
+        if self.opts.check_claims {
+            self.check_claims(i, &msg)?;
+        }
+        let to = (to.0 - 1) as usize;
+        if self.faults_on && self.rng.random_bool(self.opts.loss) {
+            return Ok(());
+        }
+        let mut at = self.now + self.rng.random_range(1..8);
+        if self.faults_on && self.rng.random_bool(0.03) {
+            at += self.rng.random_range(10..60);
+        }
+        let reorder = self.faults_on && self.rng.random_bool(self.opts.reorder);
+        let last = self.link_last.entry((i, to)).or_insert(0);
+        if !reorder {
+            at = at.max(*last);
+            *last = at;
+        }
+        let copies = if self.faults_on && self.rng.random_bool(self.opts.duplicate) {
+            2
+        } else {
+            1
+        };
+        for c in 0..copies {
+            let at = at + c * self.rng.random_range(0..20);
+            self.schedule(
+                at,
+                Event::Deliver {
+                    to,
+                    from: i,
+                    msg: msg.clone(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Group commit: every command issued so far becomes durable.
+    fn complete_storage(&mut self, i: usize) -> Result<(), Violation> {
+        let cmds: Vec<(OpId, StorageCmd)> = self.nodes[i].inflight.drain(..).collect();
+        let Some(last) = cmds.last().map(|c| c.0) else {
+            return Ok(());
+        };
+        for (_, cmd) in cmds {
+            self.apply_to_disk(i, cmd, usize::MAX)?;
+        }
+        self.step(i, Input::StorageDone { op: last })
+    }
+
+    /// Applies a command to the disk, checking the disk-level properties.
+    /// `keep` limits how many entries of an append reach the disk (a torn write).
+    fn apply_to_disk(&mut self, i: usize, cmd: StorageCmd, keep: usize) -> Result<(), Violation> {
+        let id = self.nodes[i].id;
+        let checker = &mut self.checker;
+        let disk = &mut self.nodes[i].disk;
+        match cmd {
+            StorageCmd::Append(entries) => {
+                for e in entries.into_iter().take(keep) {
+                    if !e.zxid.is_next(disk.last()) {
+                        return Err(violation(
+                            "LogContiguity",
+                            format!("{id:?} appended {} after {}: zxids must strictly increase without gaps (I3)", e.zxid, disk.last()),
+                        ));
+                    }
+                    if e.zxid.epoch() > disk.epochs.accepted {
+                        return Err(violation(
+                            "EpochFence",
+                            format!(
+                                "{id:?} wrote {} with acceptedEpoch {}",
+                                e.zxid, disk.epochs.accepted
+                            ),
+                        ));
+                    }
+                    checker.on_write(id, e.zxid, payload_id(&e))?;
+                    disk.log.push(e);
+                }
+            }
+            StorageCmd::TruncateAfter(z) => {
+                for e in disk.log.iter().filter(|e| e.zxid > z) {
+                    if checker.acked.get(&e.zxid) == Some(&payload_id(e)) {
+                        return Err(violation(
+                            "CommittedLogDurability",
+                            format!("{id:?} truncated acknowledged {}", e.zxid),
+                        ));
+                    }
+                }
+                disk.log.retain(|e| e.zxid <= z);
+            }
+            StorageCmd::InstallSnapshot { zxid, data } => {
+                if zxid.epoch() > disk.epochs.accepted {
+                    return Err(violation(
+                        "EpochFence",
+                        format!(
+                            "{id:?} installed a snapshot at {zxid} with acceptedEpoch {}",
+                            disk.epochs.accepted
+                        ),
+                    ));
+                }
+                disk.snapshot = Some((zxid, data));
+                disk.log.clear();
+            }
+            StorageCmd::SaveEpochs(ep) => {
+                let old = disk.epochs;
+                if self.opts.trace_lines > 1000 {
+                    let line = format!(
+                        "{:>6} {id:?} epochs {:?} disk last {}",
+                        self.now,
+                        ep,
+                        disk.last()
+                    );
+                    self.ring.push_back(line);
+                }
+                if ep.accepted < old.accepted
+                    || ep.current < old.current
+                    || ep.current > ep.accepted
+                {
+                    return Err(violation(
+                        "EpochMonotonicity",
+                        format!("{id:?} epochs {old:?} -> {ep:?}"),
+                    ));
+                }
+                disk.epochs = ep;
+            }
+            StorageCmd::BeginSync { .. } => disk.marker = true,
+            StorageCmd::EndSync => disk.marker = false,
+        }
+        Ok(())
+    }
+
+    fn crash(&mut self, i: usize) -> Result<(), Violation> {
+        if self.faults_on {
+            let at = self.now + self.rng.random_range(500..2500);
+            let node = self.rng.random_range(0..self.nodes.len());
+            self.schedule(at, Event::Crash { node });
+        }
+        if self.nodes[i].peer.is_none() || !self.faults_on {
+            return Ok(());
+        }
+        self.report.crashes += 1;
+        // A prefix of the commands not yet completed survives; the last surviving
+        // append may be torn (only some of its records made it).
+        let cmds: Vec<(OpId, StorageCmd)> = self.nodes[i].inflight.drain(..).collect();
+        let survive = self.rng.random_range(0..=cmds.len());
+        let torn = self.rng.random_range(0..4);
+        let n = cmds.len();
+        self.note(|| {
+            format!(
+                "crash {} ({survive} of {n} unsynced commands survive)",
+                i + 1
+            )
+        });
+        for (k, (_, cmd)) in cmds.into_iter().take(survive).enumerate() {
+            let keep = if k + 1 == survive { torn } else { usize::MAX };
+            self.apply_to_disk(i, cmd, keep)?;
+        }
+        self.nodes[i].peer = None;
+        let at = self.now + self.rng.random_range(50..800);
+        self.schedule(at, Event::Restart { node: i });
+        Ok(())
+    }
+
+    fn partition(&mut self) -> Result<(), Violation> {
+        if !self.faults_on {
+            return Ok(());
+        }
+        self.report.partitions += 1;
+        for g in self.group.iter_mut() {
+            *g = self.rng.random_range(0..2);
+        }
+        let groups = self.group.clone();
+        self.note(|| format!("partition {groups:?}"));
+        let heal = self.now + self.rng.random_range(100..1500);
+        self.schedule(heal, Event::Heal);
+        let next = heal + self.rng.random_range(200..2000);
+        self.schedule(next, Event::Partition);
+        Ok(())
+    }
+
+    fn client(&mut self) -> Result<(), Violation> {
+        if !self.faults_on {
+            return Ok(());
+        }
+        let at = self.now + self.rng.random_range(2..25);
+        self.schedule(at, Event::Client);
+        let leaders: Vec<usize> = (0..self.nodes.len())
+            .filter(|i| {
+                self.nodes[*i]
+                    .peer
+                    .as_ref()
+                    .is_some_and(|p| p.role() == Role::Leader)
+            })
+            .collect();
+        for i in leaders {
+            let k = self.rng.random_range(1..4);
+            let mut batch = Vec::new();
+            for _ in 0..k {
+                let pid = self.next_payload;
+                self.next_payload += 1;
+                let rid = self.next_request;
+                self.next_request += 1;
+                self.nodes[i].proposed.insert(rid, pid);
+                batch.push((rid, Bytes::copy_from_slice(&pid.to_le_bytes())));
+            }
+            self.step(i, Input::Propose(batch))?;
+        }
+        Ok(())
+    }
+
+    fn client_sync(&mut self) -> Result<(), Violation> {
+        if !self.faults_on {
+            return Ok(());
+        }
+        let at = self.now + self.rng.random_range(20..200);
+        self.schedule(at, Event::ClientSync);
+        let i = self.rng.random_range(0..self.nodes.len());
+        if self.nodes[i].peer.is_none() {
+            return Ok(());
+        }
+        let rid = self.next_request;
+        self.next_request += 1;
+        let before = self.checker.acked_max;
+        self.nodes[i].syncs.insert(rid, before);
+        self.step(i, Input::Sync { id: rid })
+    }
+
+    fn snapshot(&mut self) -> Result<(), Violation> {
+        let at = self.now + self.rng.random_range(100..800);
+        self.schedule(at, Event::Snapshot);
+        let i = self.rng.random_range(0..self.nodes.len());
+        let n = &mut self.nodes[i];
+        let Some(peer) = n.peer.as_mut() else {
+            return Ok(());
+        };
+        let Some(&(zxid, _)) = n.sm.last() else {
+            return Ok(());
+        };
+        if zxid <= n.disk.base() || zxid > n.disk.last() {
+            return Ok(());
+        }
+        // The state machine's snapshot is durable at once (the driver's job);
+        // the disk then purges the log it covers.
+        let data = sm_encode(&n.sm);
+        n.disk.snapshot = Some((zxid, data.clone()));
+        n.disk.log.retain(|e| e.zxid > zxid);
+        let out = peer.step(Tick(self.now), Input::SnapshotSaved { zxid, data });
+        self.handle_outputs(i, out)
+    }
+}

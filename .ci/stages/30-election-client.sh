@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# rzk-election-client against real servers:
+#   1. the #[ignore = "needs Apache ZooKeeper"] tests (the client, the seed scenario,
+#      suspension, 2 and 5 contenders with seeded kills and drops, selector, mutex),
+#      each on a throwaway Apache ZooKeeper 3.8 started by the test harness (or on
+#      RZK_TEST_ZK=host:port when set);
+#   2. the same election scenarios against Apache Curator 5.4's LeaderLatch, which is
+#      allowed to fail: its results are printed for comparison.
+# Installs what it needs on a fresh Debian machine; fast when already installed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+need=()
+for p in zookeeper zookeeper-bin libcurator-framework-java libcurator-recipes-java libcurator-test-java; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
+export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
+echo "--- rzk-election-client against Apache ZooKeeper 3.8${RZK_TEST_ZK:+ (RZK_TEST_ZK=$RZK_TEST_ZK)}"
+log=$(mktemp)
+status=0
+cargo test -p rzk-election-client --tests -- --ignored --test-threads=2 --nocapture >"$log" 2>&1 || status=$?
+grep -E '^(test |seed scenario|RESULT|round |contenders )|test result|panicked' "$log" || true
+if [ "$status" -ne 0 ]; then
+  tail -80 "$log"
+  rm -f "$log"
+  exit "$status"
+fi
+rm -f "$log"
+
+echo "--- the same scenarios against Apache Curator 5.4 (allowed to fail; printed for comparison)"
+bash interop/curator/run.sh 2>&1 | grep -E '^(---|RESULT|Apache)' || echo "curator interop run failed to start"

@@ -1,0 +1,137 @@
+//! [`LeaderSelector`]: leadership as a callback that holds it until it returns.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::candidacy::{Grant, Mode, Revoked};
+use super::driver::{Driver, RecipeEvent};
+use super::latch::LatchConfig;
+use super::ops::RecipeOps;
+
+/// How long [`LeaderSelector::close`] waits for a revoked callback to return before it
+/// aborts it.
+pub const CALLBACK_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What the leadership callback receives: the grant, and a way to learn that it was
+/// revoked (connection suspended or lost, or the selector closed).
+#[derive(Debug, Clone)]
+pub struct Leadership {
+    /// The grant, with its fencing token.
+    pub grant: Grant,
+    revoked: watch::Receiver<Option<Revoked>>,
+}
+
+impl Leadership {
+    /// Resolves once leadership is revoked; the callback must then return promptly (its
+    /// fencing token is already stale).
+    pub async fn revoked(&mut self) -> Revoked {
+        match self.revoked.wait_for(|r| r.is_some()).await {
+            Ok(r) => r.unwrap_or(Revoked::Closed),
+            Err(_) => Revoked::Closed,
+        }
+    }
+
+    /// True once leadership is revoked.
+    pub fn is_revoked(&self) -> bool {
+        self.revoked.borrow().is_some()
+    }
+}
+
+/// Runs `take_leadership` each time this participant becomes leader; leadership lasts
+/// until the callback returns, then the candidate node is released and (with
+/// `auto_requeue`) a fresh one queues again. A revocation while the callback runs is
+/// signalled through [`Leadership::revoked`]. The callback never runs twice at once, and
+/// runs on its own task, so it may use the client freely.
+#[derive(Debug)]
+pub struct LeaderSelector {
+    supervisor: JoinHandle<()>,
+    close: watch::Sender<bool>,
+}
+
+impl LeaderSelector {
+    /// Start contending.
+    pub fn start<O, F, Fut>(
+        ops: Arc<O>,
+        cfg: LatchConfig,
+        auto_requeue: bool,
+        take_leadership: F,
+    ) -> LeaderSelector
+    where
+        O: RecipeOps,
+        F: Fn(Leadership) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let driver = Driver::spawn(ops, cfg.candidacy("lock-", Mode::Latch));
+        let (close_tx, close_rx) = watch::channel(false);
+        let supervisor = tokio::spawn(supervise(driver, auto_requeue, take_leadership, close_rx));
+        LeaderSelector {
+            supervisor,
+            close: close_tx,
+        }
+    }
+
+    /// Stop: revoke a running leadership, wait for the callback to return (at most
+    /// [`CALLBACK_GRACE`], then it is aborted), delete the candidate node.
+    pub async fn close(self) {
+        let _ = self.close.send(true);
+        let _ = self.supervisor.await;
+    }
+}
+
+async fn supervise<F, Fut>(
+    mut driver: Driver,
+    auto_requeue: bool,
+    take_leadership: F,
+    mut close: watch::Receiver<bool>,
+) where
+    F: Fn(Leadership) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let mut running: Option<(JoinHandle<()>, watch::Sender<Option<Revoked>>)> = None;
+    loop {
+        tokio::select! {
+            _ = close.changed() => {
+                if let Some((mut task, revoke)) = running.take() {
+                    revoke.send_replace(Some(Revoked::Closed));
+                    // A callback that ignores its revocation must not hang close().
+                    if tokio::time::timeout(CALLBACK_GRACE, &mut task).await.is_err() {
+                        tracing::warn!("leadership callback ignored its revocation; aborting it");
+                        task.abort();
+                    }
+                }
+                driver.close().await;
+                return;
+            }
+            // The callback returned: leadership ends with it.
+            done = async { match running.as_mut() { Some((t, _)) => t.await, None => futures::future::pending().await } } => {
+                if let Err(e) = done {
+                    tracing::warn!(error = %e, "leadership callback panicked");
+                }
+                running = None;
+                driver.release(auto_requeue);
+            }
+            event = driver.events.recv() => match event {
+                Some(RecipeEvent::Granted(grant)) => {
+                    let (tx, rx) = watch::channel(None);
+                    let task = tokio::spawn(take_leadership(Leadership { grant, revoked: rx }));
+                    running = Some((task, tx));
+                }
+                Some(RecipeEvent::Revoked(why)) => {
+                    if let Some((_, revoke)) = running.as_ref() {
+                        revoke.send_replace(Some(why));
+                    }
+                }
+                Some(RecipeEvent::Ended) | None => {
+                    if let Some((task, revoke)) = running.take() {
+                        revoke.send_replace(Some(Revoked::Closed));
+                        let _ = task.await;
+                    }
+                    return;
+                }
+            },
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! Fast leader election (zab-protocol.md §2).
+
+use std::collections::BTreeMap;
+
+use super::{leader, learner, Peer, State, Tick};
+use crate::message::{Message, Notification, PeerState, Vote};
+use crate::PeerId;
+
+/// The state of a LOOKING peer.
+#[derive(Clone, Debug)]
+pub struct Election {
+    /// The current proposal.
+    pub vote: Vote,
+    /// Votes of this round (from LOOKING peers, and same-round FOLLOWING/LEADING).
+    recv: BTreeMap<PeerId, Vote>,
+    /// Votes of peers that are not looking, any round (how a late peer joins an
+    /// established ensemble, ZOOKEEPER-1732).
+    out_of_election: BTreeMap<PeerId, (PeerState, Vote)>,
+    /// When to re-send notifications.
+    next_send: Tick,
+    interval: u64,
+    /// The end of the finalize wait, once a quorum agrees with `vote`.
+    decide_at: Option<Tick>,
+}
+
+impl Election {
+    pub(crate) fn placeholder() -> Election {
+        Election {
+            vote: Vote {
+                leader: PeerId(0),
+                zxid: rzk_zxid::Zxid::ZERO,
+                peer_epoch: rzk_zxid::Epoch(0),
+            },
+            recv: BTreeMap::new(),
+            out_of_election: BTreeMap::new(),
+            next_send: Tick(0),
+            interval: 0,
+            decide_at: None,
+        }
+    }
+}
+
+impl Peer {
+    /// This peer's own vote. I1: the zxid and epoch are the durable ones.
+    pub(super) fn initial_vote(&self) -> Vote {
+        let vote = Vote {
+            leader: self.cfg.id,
+            zxid: self.durable.last,
+            peer_epoch: self.durable.epochs.current,
+        };
+        assert!(
+            vote.zxid <= self.durable.last && vote.peer_epoch <= self.durable.epochs.current,
+            "I1: a vote claims only durable history"
+        );
+        vote
+    }
+
+    pub(super) fn start_election(&mut self) {
+        self.round += 1;
+        let vote = self.initial_vote();
+        let mut e = Election::placeholder();
+        e.vote = vote;
+        e.recv.insert(self.cfg.id, vote);
+        e.interval = self.cfg.notification_interval_min;
+        e.next_send = self.now.after(e.interval);
+        self.state = State::Looking(e);
+        self.broadcast_notification();
+        self.check_decision();
+    }
+
+    fn election(&mut self) -> &mut Election {
+        match &mut self.state {
+            State::Looking(e) => e,
+            _ => unreachable!("election state accessed while not looking"),
+        }
+    }
+
+    fn broadcast_notification(&mut self) {
+        let State::Looking(e) = &self.state else {
+            return;
+        };
+        let n = Notification {
+            state: PeerState::Looking,
+            vote: e.vote,
+            round: self.round,
+        };
+        let peers: Vec<PeerId> = self
+            .cfg
+            .voters
+            .iter()
+            .copied()
+            .filter(|p| *p != self.cfg.id)
+            .collect();
+        for p in peers {
+            self.send(p, Message::Notification(n.clone()));
+        }
+    }
+
+    /// The notification this peer answers with when it is not looking.
+    fn current_notification(&self) -> Notification {
+        match &self.state {
+            State::Looking(e) => Notification {
+                state: PeerState::Looking,
+                vote: e.vote,
+                round: self.round,
+            },
+            // The peerEpoch reported for an established leader is derived from
+            // the durable currentEpoch (one source of truth): leader and
+            // followers converge on it after a rollover, so a late peer finds a
+            // quorum of equal votes (ZOOKEEPER-1732) and never sees more than
+            // is durable (I1).
+            State::Leading(l) => Notification {
+                state: PeerState::Leading,
+                vote: Vote {
+                    peer_epoch: if l.is_established() {
+                        self.durable.epochs.current
+                    } else {
+                        l.vote.peer_epoch
+                    },
+                    ..l.vote
+                },
+                round: self.round,
+            },
+            State::Following(f) => Notification {
+                state: PeerState::Following,
+                vote: Vote {
+                    peer_epoch: if f.is_up_to_date() {
+                        self.durable.epochs.current
+                    } else {
+                        f.vote.peer_epoch
+                    },
+                    ..f.vote
+                },
+                round: self.round,
+            },
+        }
+    }
+
+    pub(super) fn on_notification(&mut self, from: PeerId, n: Notification) {
+        if !self.is_voter(n.vote.leader) {
+            return;
+        }
+        if !matches!(self.state, State::Looking(_)) {
+            // §2.6: a peer that is not looking answers a looking one with its
+            // current vote, so it can join.
+            if n.state == PeerState::Looking {
+                let reply = self.current_notification();
+                self.send(from, Message::Notification(reply));
+            }
+            return;
+        }
+        match n.state {
+            PeerState::Looking => self.on_looking_notification(from, n),
+            PeerState::Following | PeerState::Leading => self.on_settled_notification(from, n),
+            PeerState::Observing => {}
+        }
+    }
+
+    fn on_looking_notification(&mut self, from: PeerId, mut n: Notification) {
+        let mine = self.initial_vote();
+        // I1: a vote for this peer is re-stated from its durable state. Another
+        // peer may still carry a vote for us from an earlier incarnation, with a
+        // zxid our disk no longer has; adopting it would advertise that history.
+        if n.vote.leader == self.cfg.id {
+            n.vote = mine;
+        }
+        // A candidate's own claim about itself replaces any stale vote for it.
+        let own_claim = n.vote.leader == from;
+        if n.round > self.round {
+            self.round = n.round;
+            let best = if n.vote.beats(&mine) { n.vote } else { mine };
+            let id = self.cfg.id;
+            let e = self.election();
+            e.recv.clear();
+            e.vote = best;
+            e.decide_at = None;
+            e.recv.insert(id, best);
+            self.broadcast_notification();
+        } else if n.round < self.round {
+            let reply = self.current_notification();
+            self.send(from, Message::Notification(reply));
+            return;
+        } else if n.vote.beats(&self.election().vote)
+            || (own_claim && self.election().vote.leader == from && self.election().vote != n.vote)
+        {
+            let id = self.cfg.id;
+            let e = self.election();
+            e.vote = n.vote;
+            e.decide_at = None;
+            e.recv.insert(id, n.vote);
+            self.broadcast_notification();
+        }
+        self.election().recv.insert(from, n.vote);
+        self.check_decision();
+    }
+
+    fn check_decision(&mut self) {
+        let quorum = self.cfg.quorum();
+        let now = self.now;
+        let wait = self.cfg.finalize_wait;
+        let e = self.election();
+        let agree = e.recv.values().filter(|v| **v == e.vote).count();
+        if agree >= quorum {
+            if e.decide_at.is_none() {
+                e.decide_at = Some(now.after(wait));
+            }
+        } else {
+            e.decide_at = None;
+        }
+        if wait == 0 {
+            self.try_decide();
+        }
+    }
+
+    fn try_decide(&mut self) {
+        let now = self.now;
+        let e = self.election();
+        match e.decide_at {
+            Some(at) if at <= now => {
+                let vote = e.vote;
+                self.decide(vote);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_settled_notification(&mut self, from: PeerId, n: Notification) {
+        let quorum = self.cfg.quorum();
+        let same = |v: &Vote| v.leader == n.vote.leader && v.peer_epoch == n.vote.peer_epoch;
+        let round = self.round;
+        let me = self.cfg.id;
+        let e = self.election();
+        e.out_of_election.insert(from, (n.state, n.vote));
+        let leader_confirms = n.vote.leader != me
+            && e.out_of_election
+                .get(&n.vote.leader)
+                .is_some_and(|(st, v)| *st == PeerState::Leading && same(v));
+        if n.round == round {
+            e.recv.insert(from, n.vote);
+            let agree = e.recv.values().filter(|v| same(v)).count();
+            if agree >= quorum && leader_confirms {
+                self.decide(n.vote);
+                return;
+            }
+        }
+        let agree = e.out_of_election.values().filter(|(_, v)| same(v)).count();
+        if agree >= quorum && leader_confirms {
+            self.round = n.round.max(self.round);
+            self.decide(n.vote);
+        }
+    }
+
+    /// I1: a truncation or snapshot completing while looking can shorten the
+    /// durable log; a vote for this peer must never claim more than it now holds.
+    pub(super) fn election_refresh_own_vote(&mut self) {
+        let mine = self.initial_vote();
+        let id = self.cfg.id;
+        let e = self.election();
+        if e.vote.leader != id || e.vote == mine {
+            return;
+        }
+        e.vote = mine;
+        e.decide_at = None;
+        e.recv.insert(id, mine);
+        self.broadcast_notification();
+        self.check_decision();
+    }
+
+    pub(super) fn election_tick(&mut self) {
+        self.try_decide();
+        if !matches!(self.state, State::Looking(_)) {
+            return;
+        }
+        let now = self.now;
+        let max = self.cfg.notification_interval_max;
+        let e = self.election();
+        if now >= e.next_send {
+            e.interval = (e.interval * 2).min(max);
+            e.next_send = now.after(e.interval);
+            self.broadcast_notification();
+        }
+    }
+
+    fn decide(&mut self, vote: Vote) {
+        if vote.leader == self.cfg.id {
+            let l = leader::Leader::new(self, vote);
+            self.state = State::Leading(Box::new(l));
+            self.leader_start();
+        } else {
+            let f = learner::Learner::new(self, vote);
+            self.state = State::Following(Box::new(f));
+            self.learner_start();
+        }
+    }
+}

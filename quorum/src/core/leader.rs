@@ -1,0 +1,965 @@
+//! The leader: discovery (§3.3), synchronisation of each learner (§4), broadcast
+//! (§5), the linearizable sync barrier (I6b) and epoch rollover (I3).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rzk_zxid::{Epoch, Next, Zxid};
+
+use super::{Output, Peer, State, Tick};
+use crate::message::{Entry, LearnerKind, Message, RejectReason, SessionId, SessionMsg, Vote};
+use crate::{PeerId, ReplicateError, Role};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    /// Collecting FOLLOWERINFO from a quorum to choose the epoch.
+    Discovery,
+    /// acceptedEpoch := new epoch is being persisted.
+    EpochPersisting,
+    /// LEADERINFO sent; collecting ACKEPOCH from a quorum.
+    AckEpochs,
+    /// currentEpoch := new epoch is being persisted.
+    CurrentPersisting,
+    /// Learners are being synchronised; waiting for a quorum of NEWLEADER ACKs.
+    Syncing,
+    /// Established: broadcasting.
+    Broadcast,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum HPhase {
+    Info,
+    EpochSent,
+    EpochAcked,
+    /// Sync data and NEWLEADER sent; live proposals are forwarded from here on.
+    Synced,
+    NewLeaderAcked,
+    UpToDate,
+}
+
+/// The leader's view of one learner session.
+#[derive(Clone, Debug)]
+struct Handle {
+    session: SessionId,
+    seq_out: u64,
+    seq_in: u64,
+    phase: HPhase,
+    /// The epoch offered in LEADERINFO (and NEWLEADER).
+    offered: Epoch,
+    peer_last: Zxid,
+    peer_epoch_ends: Vec<Zxid>,
+    /// Highest zxid the learner acknowledged as durable.
+    acked: Zxid,
+    last_heard: Tick,
+    /// Highest ping round answered.
+    pong: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum SyncOrigin {
+    Local(u64),
+    Learner {
+        peer: PeerId,
+        session: SessionId,
+        id: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct PendingSync {
+    origin: SyncOrigin,
+    /// Everything committed before the request arrived is at or below this.
+    barrier: Zxid,
+    /// A quorum must answer this ping round (or a later one): proof that this
+    /// peer was still the leader after the request arrived.
+    ping: u64,
+}
+
+/// State of a LEADING peer.
+#[derive(Clone, Debug)]
+pub(crate) struct Leader {
+    pub(crate) vote: Vote,
+    phase: Phase,
+    /// The epoch chosen in discovery.
+    epoch: Epoch,
+    /// The epoch in use once established; a committed rollover raises it.
+    established: Option<Epoch>,
+    deadline: Tick,
+    connecting: BTreeMap<PeerId, Epoch>,
+    epoch_acks: BTreeSet<PeerId>,
+    newleader_acks: BTreeSet<PeerId>,
+    /// The leader's (currentEpoch, last zxid) when discovery ended.
+    summary: (Epoch, Zxid),
+    learners: BTreeMap<PeerId, Handle>,
+    last_proposed: Zxid,
+    commit: Zxid,
+    ping_id: u64,
+    next_ping: Tick,
+    syncs: Vec<PendingSync>,
+}
+
+impl Leader {
+    pub(crate) fn new(peer: &Peer, vote: Vote) -> Leader {
+        Leader {
+            vote,
+            phase: Phase::Discovery,
+            epoch: Epoch(0),
+            established: None,
+            deadline: peer.now.after(peer.cfg.init_limit),
+            connecting: BTreeMap::new(),
+            epoch_acks: BTreeSet::new(),
+            newleader_acks: BTreeSet::new(),
+            summary: (Epoch(0), Zxid::ZERO),
+            learners: BTreeMap::new(),
+            last_proposed: Zxid::ZERO,
+            commit: Zxid::ZERO,
+            ping_id: 0,
+            next_ping: peer.now,
+            syncs: Vec::new(),
+        }
+    }
+
+    pub(crate) fn is_established(&self) -> bool {
+        self.phase == Phase::Broadcast
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "leading({:?}, epoch {}, est {:?}, learners {:?}, commit {}, proposed {})",
+            self.phase,
+            self.epoch,
+            self.established,
+            self.learners
+                .iter()
+                .map(|(k, h)| (k.0, h.phase))
+                .collect::<Vec<_>>(),
+            self.commit,
+            self.last_proposed
+        )
+    }
+
+    fn offer(&self) -> Epoch {
+        self.established.unwrap_or(self.epoch)
+    }
+}
+
+impl Peer {
+    fn ld(&mut self) -> &mut Leader {
+        match &mut self.state {
+            State::Leading(l) => l,
+            _ => unreachable!("leader state accessed while not leading"),
+        }
+    }
+
+    fn ld_ref(&self) -> &Leader {
+        match &self.state {
+            State::Leading(l) => l,
+            _ => unreachable!("leader state accessed while not leading"),
+        }
+    }
+
+    /// Sends a session message to a learner, numbering it.
+    fn send_learner(&mut self, id: PeerId, msg: SessionMsg) {
+        let Some(h) = self.ld().learners.get_mut(&id) else {
+            return;
+        };
+        let (session, seq) = (h.session, h.seq_out);
+        h.seq_out += 1;
+        self.send(id, Message::Session { session, seq, msg });
+    }
+
+    fn drop_learner(&mut self, id: PeerId, reason: RejectReason) {
+        self.send_learner(id, SessionMsg::Reject { reason });
+        self.ld().learners.remove(&id);
+    }
+
+    pub(super) fn leader_start(&mut self) {
+        let (me, accepted) = (self.cfg.id, self.durable.epochs.accepted);
+        self.ld().connecting.insert(me, accepted);
+        self.leader_check_connect_quorum();
+    }
+
+    pub(super) fn leader_on_session(
+        &mut self,
+        from: PeerId,
+        session: SessionId,
+        seq: u64,
+        msg: SessionMsg,
+    ) {
+        if let SessionMsg::FollowerInfo {
+            kind,
+            accepted_epoch,
+        } = msg
+        {
+            if seq == 0 {
+                self.leader_on_follower_info(from, session, kind, accepted_epoch);
+            }
+            return;
+        }
+        let now = self.now;
+        let Some(h) = self.ld().learners.get_mut(&from) else {
+            return;
+        };
+        if h.session != session {
+            return;
+        }
+        if seq != h.seq_in {
+            self.drop_learner(from, RejectReason::Protocol);
+            return;
+        }
+        h.seq_in += 1;
+        h.last_heard = now;
+        match msg {
+            SessionMsg::AckEpoch {
+                current_epoch,
+                last_zxid,
+                epoch_ends,
+            } => self.leader_on_ack_epoch(from, current_epoch, last_zxid, epoch_ends),
+            SessionMsg::AckNewLeader { epoch } => self.leader_on_ack_newleader(from, epoch),
+            SessionMsg::Ack { upto } => self.leader_on_ack(from, upto),
+            SessionMsg::Pong { id } => {
+                if let Some(h) = self.ld().learners.get_mut(&from) {
+                    h.pong = h.pong.max(id);
+                }
+                self.leader_check_syncs();
+            }
+            SessionMsg::SyncRequest { id } => self.leader_on_sync_request(from, session, id),
+            SessionMsg::FollowerInfo { .. }
+            | SessionMsg::LeaderInfo { .. }
+            | SessionMsg::Diff { .. }
+            | SessionMsg::Trunc { .. }
+            | SessionMsg::Snap { .. }
+            | SessionMsg::Proposal { .. }
+            | SessionMsg::Commit { .. }
+            | SessionMsg::NewLeader { .. }
+            | SessionMsg::UpToDate { .. }
+            | SessionMsg::Inform { .. }
+            | SessionMsg::Ping { .. }
+            | SessionMsg::SyncReply { .. }
+            | SessionMsg::Reject { .. } => self.drop_learner(from, RejectReason::Protocol),
+        }
+    }
+
+    fn leader_on_follower_info(
+        &mut self,
+        from: PeerId,
+        session: SessionId,
+        kind: LearnerKind,
+        accepted: Epoch,
+    ) {
+        if kind == LearnerKind::Observer {
+            let msg = SessionMsg::Reject {
+                reason: RejectReason::Unsupported,
+            };
+            self.send(
+                from,
+                Message::Session {
+                    session,
+                    seq: 0,
+                    msg,
+                },
+            );
+            return;
+        }
+        // A voter that promised a later epoch (to a leader attempt that failed)
+        // can never join this epoch; without a new election it would stay out
+        // for good. Step down so the next election picks an epoch above it.
+        let voter = self.is_voter(from);
+        let l = self.ld_ref();
+        if voter && l.phase == Phase::Broadcast && accepted > l.offer() {
+            self.go_looking();
+            return;
+        }
+        let now = self.now;
+        let l = self.ld();
+        l.learners.insert(
+            from,
+            Handle {
+                session,
+                seq_out: 0,
+                seq_in: 1,
+                phase: HPhase::Info,
+                offered: Epoch(0),
+                peer_last: Zxid::ZERO,
+                peer_epoch_ends: Vec::new(),
+                acked: Zxid::ZERO,
+                last_heard: now,
+                pong: 0,
+            },
+        );
+        // A peer that restarted and reconnects must not keep counting towards
+        // quorums of its previous session.
+        l.epoch_acks.remove(&from);
+        l.newleader_acks.remove(&from);
+        match l.phase {
+            Phase::Discovery => {
+                l.connecting.insert(from, accepted);
+                self.leader_check_connect_quorum();
+            }
+            Phase::EpochPersisting => {}
+            Phase::AckEpochs | Phase::CurrentPersisting | Phase::Syncing | Phase::Broadcast => {
+                self.leader_send_leader_info(from);
+            }
+        }
+    }
+
+    fn leader_send_leader_info(&mut self, id: PeerId) {
+        let offer = self.ld_ref().offer();
+        let established = self.ld_ref().phase == Phase::Broadcast;
+        if let Some(h) = self.ld().learners.get_mut(&id) {
+            h.offered = offer;
+            h.phase = HPhase::EpochSent;
+        }
+        self.send_learner(
+            id,
+            SessionMsg::LeaderInfo {
+                epoch: offer,
+                established,
+            },
+        );
+    }
+
+    fn leader_check_connect_quorum(&mut self) {
+        let quorum = self.cfg.quorum();
+        let voters = self.cfg.voters.clone();
+        let l = self.ld_ref();
+        if l.phase != Phase::Discovery {
+            return;
+        }
+        let n = l.connecting.keys().filter(|p| voters.contains(p)).count();
+        if n < quorum {
+            return;
+        }
+        let max = l.connecting.values().copied().max().unwrap_or(Epoch(0));
+        let Some(epoch) = max.next() else {
+            // The epoch space is exhausted: no leader can ever be elected again.
+            // Give up leading; nothing unsafe happens.
+            self.go_looking();
+            return;
+        };
+        let l = self.ld();
+        l.epoch = epoch;
+        l.phase = Phase::EpochPersisting;
+        let mut ep = self.written_epochs;
+        ep.accepted = epoch;
+        ep.accepted_from = Some(self.cfg.id);
+        // §1.3: the leader persists acceptedEpoch before LEADERINFO goes out.
+        self.save_epochs(ep, None);
+    }
+
+    pub(super) fn leader_after_storage(&mut self) {
+        let phase = self.ld_ref().phase;
+        match phase {
+            Phase::EpochPersisting => {
+                if self.storage_idle() && self.durable.epochs.accepted >= self.ld_ref().epoch {
+                    self.leader_enter_ack_epochs();
+                }
+            }
+            Phase::CurrentPersisting => {
+                if self.storage_idle() && self.durable.epochs.current >= self.ld_ref().epoch {
+                    self.leader_enter_syncing();
+                }
+            }
+            Phase::Broadcast => self.leader_try_commit(),
+            Phase::Discovery | Phase::AckEpochs | Phase::Syncing => {}
+        }
+    }
+
+    fn leader_enter_ack_epochs(&mut self) {
+        // I1: the leader's own state summary, like a learner's ACKEPOCH, is what
+        // storage holds: nothing is in flight now.
+        assert!(self.storage_idle() && self.durable.last == self.written_last());
+        let summary = (self.durable.epochs.current, self.durable.last);
+        let me = self.cfg.id;
+        let l = self.ld();
+        l.phase = Phase::AckEpochs;
+        l.summary = summary;
+        l.epoch_acks.insert(me);
+        let waiting: Vec<PeerId> = l
+            .learners
+            .iter()
+            .filter(|(_, h)| h.phase == HPhase::Info)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in waiting {
+            self.leader_send_leader_info(id);
+        }
+        self.leader_check_epoch_ack_quorum();
+    }
+
+    fn leader_on_ack_epoch(
+        &mut self,
+        from: PeerId,
+        current: Epoch,
+        last: Zxid,
+        epoch_ends: Vec<Zxid>,
+    ) {
+        let voter = self.is_voter(from);
+        let l = self.ld();
+        let Some(h) = l.learners.get_mut(&from) else {
+            return;
+        };
+        if h.phase != HPhase::EpochSent {
+            self.drop_learner(from, RejectReason::Protocol);
+            return;
+        }
+        // §3.3: a learner more recent than the leader is refused. It cannot hold a
+        // committed transaction the leader lacks (the quorums intersect), but it
+        // must not be synchronised from a history shorter than its own claim.
+        if l.phase < Phase::Syncing && (current, last) > l.summary {
+            self.drop_learner(from, RejectReason::AheadOfLeader);
+            return;
+        }
+        h.phase = HPhase::EpochAcked;
+        h.peer_last = last;
+        h.peer_epoch_ends = epoch_ends;
+        match l.phase {
+            Phase::AckEpochs => {
+                if voter {
+                    l.epoch_acks.insert(from);
+                }
+                self.leader_check_epoch_ack_quorum();
+            }
+            Phase::CurrentPersisting => {}
+            Phase::Syncing | Phase::Broadcast => self.leader_sync_learner(from),
+            Phase::Discovery | Phase::EpochPersisting => {
+                self.drop_learner(from, RejectReason::Protocol)
+            }
+        }
+    }
+
+    fn leader_check_epoch_ack_quorum(&mut self) {
+        let quorum = self.cfg.quorum();
+        let l = self.ld_ref();
+        if l.phase != Phase::AckEpochs || l.epoch_acks.len() < quorum {
+            return;
+        }
+        let epoch = l.epoch;
+        self.ld().phase = Phase::CurrentPersisting;
+        let mut ep = self.written_epochs;
+        ep.current = ep.current.max(epoch);
+        self.save_epochs(ep, None);
+    }
+
+    fn leader_enter_syncing(&mut self) {
+        let me = self.cfg.id;
+        let l = self.ld();
+        l.phase = Phase::Syncing;
+        l.newleader_acks.insert(me);
+        let acked: Vec<PeerId> = l
+            .learners
+            .iter()
+            .filter(|(_, h)| h.phase == HPhase::EpochAcked)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in acked {
+            self.leader_sync_learner(id);
+        }
+        self.leader_check_newleader_quorum();
+    }
+
+    /// The last zxid of `epoch` in the leader's log window, if the window shows
+    /// it (the window base counts).
+    fn window_epoch_end(&self, epoch: Epoch) -> Option<Zxid> {
+        let idx = self.log.partition_point(|e| e.zxid.epoch() <= epoch);
+        if idx > 0 && self.log[idx - 1].zxid.epoch() == epoch {
+            return Some(self.log[idx - 1].zxid);
+        }
+        (self.log_base.epoch() == epoch && idx == 0).then_some(self.log_base)
+    }
+
+    /// Chooses DIFF, TRUNC (+DIFF) or SNAP for a learner whose last durable zxid
+    /// is `peer_last` and whose log's epochs end at `epoch_ends`, and the zxid
+    /// after which proposals must be sent.
+    ///
+    /// Two histories agree up to the end of the shorter of their segments of
+    /// the newest epoch they share: each epoch's proposals come from its one
+    /// leader, in order, after that leader's initial history. So the leader
+    /// walks the learner's epochs from the newest, finds the first one its
+    /// window also holds, and cuts the learner back to where that epoch's two
+    /// segments stop agreeing. SNAP is used only when that point lies below the
+    /// window, which means the learner's entries past it are uncommitted and the
+    /// snapshot (newer than that point) loses nothing committed.
+    fn sync_plan(&self, peer_last: Zxid, epoch_ends: &[Zxid]) -> (SessionMsg, Zxid) {
+        let last = self.written_last();
+        let in_window =
+            |z: Zxid| z == self.log_base || self.log.binary_search_by(|e| e.zxid.cmp(&z)).is_ok();
+        if peer_last == last || in_window(peer_last) {
+            return (SessionMsg::Diff { leader_last: last }, peer_last);
+        }
+        for end in epoch_ends {
+            if *end < self.log_base {
+                break;
+            }
+            let Some(lend) = self.window_epoch_end(end.epoch()) else {
+                continue;
+            };
+            let q = (*end).min(lend);
+            if q >= self.log_base && in_window(q) {
+                return (SessionMsg::Trunc { to: q }, q);
+            }
+        }
+        let (zxid, data) = self.snapshot.clone();
+        (SessionMsg::Snap { zxid, data }, zxid)
+    }
+
+    /// Sends a learner everything it lacks, then NEWLEADER. Built in one step
+    /// from the leader's log *and* its unwritten proposals, so no proposal can
+    /// fall between the sync data and the live stream (I4).
+    fn leader_sync_learner(&mut self, id: PeerId) {
+        let Some(h) = self.ld_ref().learners.get(&id) else {
+            return;
+        };
+        let (peer_last, offered) = (h.peer_last, h.offered);
+        let ends = h.peer_epoch_ends.clone();
+        let (mode, after) = self.sync_plan(peer_last, &ends);
+        let entries: Vec<Entry> = self
+            .log
+            .iter()
+            .chain(self.blocked.iter())
+            .filter(|e| e.zxid > after)
+            .cloned()
+            .collect();
+        self.send_learner(id, mode);
+        for chunk in entries.chunks(self.cfg.batch_entries_max.max(1)) {
+            self.send_learner(
+                id,
+                SessionMsg::Proposal {
+                    entries: chunk.to_vec(),
+                },
+            );
+        }
+        // What the learner may treat as committed: everything before the last
+        // epoch segment of our log (that epoch's leader was established before it
+        // proposed anything, so what precedes it is committed), and our commit
+        // point once established. Without it a learner would hold back, behind an
+        // old rollover proposal's gate, entries its NEWLEADER ACK must cover.
+        let upto = self.known_committed_prefix().max(self.ld_ref().commit);
+        if upto > Zxid::ZERO {
+            self.send_learner(id, SessionMsg::Commit { upto });
+        }
+        self.send_learner(id, SessionMsg::NewLeader { epoch: offered });
+        if let Some(h) = self.ld().learners.get_mut(&id) {
+            h.phase = HPhase::Synced;
+        }
+    }
+
+    /// The last zxid before the last epoch segment of the written log.
+    fn known_committed_prefix(&self) -> Zxid {
+        let Some(last) = self.log.back() else {
+            return self.log_base;
+        };
+        let epoch = last.zxid.epoch();
+        let idx = self.log.partition_point(|e| e.zxid.epoch() < epoch);
+        if idx == 0 {
+            self.log_base
+        } else {
+            self.log[idx - 1].zxid
+        }
+    }
+
+    fn leader_on_ack_newleader(&mut self, from: PeerId, epoch: Epoch) {
+        let voter = self.is_voter(from);
+        let l = self.ld();
+        let Some(h) = l.learners.get_mut(&from) else {
+            return;
+        };
+        // Matched by epoch, not by position (ZOOKEEPER-4685).
+        if h.phase != HPhase::Synced || epoch != h.offered {
+            self.drop_learner(from, RejectReason::Protocol);
+            return;
+        }
+        h.phase = HPhase::NewLeaderAcked;
+        match l.phase {
+            Phase::Syncing => {
+                if voter {
+                    l.newleader_acks.insert(from);
+                }
+                self.leader_check_newleader_quorum();
+            }
+            Phase::Broadcast => {
+                let committed = l.commit;
+                if let Some(h) = l.learners.get_mut(&from) {
+                    h.phase = HPhase::UpToDate;
+                }
+                self.send_learner(from, SessionMsg::UpToDate { committed });
+            }
+            Phase::Discovery
+            | Phase::EpochPersisting
+            | Phase::AckEpochs
+            | Phase::CurrentPersisting => self.drop_learner(from, RejectReason::Protocol),
+        }
+    }
+
+    fn leader_check_newleader_quorum(&mut self) {
+        let quorum = self.cfg.quorum();
+        let l = self.ld_ref();
+        if l.phase != Phase::Syncing || l.newleader_acks.len() < quorum {
+            return;
+        }
+        self.leader_establish();
+    }
+
+    /// A quorum holds the leader's initial history durably: it is committed.
+    fn leader_establish(&mut self) {
+        assert!(
+            self.storage_idle(),
+            "nothing is written between discovery and establishment"
+        );
+        let last = self.written_last();
+        let l = self.ld();
+        let epoch = l.epoch;
+        l.phase = Phase::Broadcast;
+        l.established = Some(epoch);
+        l.commit = last;
+        l.last_proposed = last;
+        l.vote.peer_epoch = epoch;
+        let ready: Vec<PeerId> = l
+            .learners
+            .iter()
+            .filter(|(_, h)| h.phase == HPhase::NewLeaderAcked)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ready {
+            if let Some(h) = self.ld().learners.get_mut(&id) {
+                h.phase = HPhase::UpToDate;
+            }
+            self.send_learner(id, SessionMsg::UpToDate { committed: last });
+        }
+        self.raise_commit_known(last);
+        self.apply_enabled = true;
+        self.out.push(Output::RoleChanged {
+            role: Role::Leader,
+            leader: Some(self.cfg.id),
+            epoch,
+        });
+        self.advance_apply();
+    }
+
+    /// The zxid for the next proposal, rolling over to the next epoch (counter 1)
+    /// when the counter is at its limit.
+    fn next_zxid(&self) -> Option<Zxid> {
+        let l = self.ld_ref();
+        let lp = l.last_proposed;
+        if lp.epoch() < l.epoch {
+            return Some(Zxid::first_of(l.epoch));
+        }
+        match lp.next_with(self.cfg.counter_limit) {
+            Next::Zxid(z) => Some(z),
+            Next::Rollover { exhausted } => exhausted.next().map(Zxid::first_of),
+        }
+    }
+
+    pub(super) fn leader_propose(&mut self, proposals: Vec<(u64, bytes::Bytes)>) {
+        let mut entries = Vec::with_capacity(proposals.len());
+        for (id, payload) in proposals {
+            if payload.len() > self.cfg.proposal_bytes_max {
+                self.out.push(Output::ProposeFailed {
+                    id,
+                    error: ReplicateError::TooLarge {
+                        size_bytes: payload.len(),
+                        limit_bytes: self.cfg.proposal_bytes_max,
+                    },
+                });
+                continue;
+            }
+            let Some(zxid) = self.next_zxid() else {
+                self.out.push(Output::ProposeFailed {
+                    id,
+                    error: ReplicateError::Storage("the epoch space is exhausted".into()),
+                });
+                continue;
+            };
+            self.ld().last_proposed = zxid;
+            self.out.push(Output::Proposed { id, zxid });
+            entries.push(Entry { zxid, payload });
+        }
+        if entries.is_empty() {
+            return;
+        }
+        self.write_entries(entries.iter().cloned());
+        let targets: Vec<PeerId> = self
+            .ld_ref()
+            .learners
+            .iter()
+            .filter(|(_, h)| h.phase >= HPhase::Synced)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in targets {
+            for chunk in entries.chunks(self.cfg.batch_entries_max.max(1)) {
+                self.send_learner(
+                    id,
+                    SessionMsg::Proposal {
+                        entries: chunk.to_vec(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn leader_on_ack(&mut self, from: PeerId, upto: Zxid) {
+        let stream_last = self.stream_last();
+        let l = self.ld();
+        let Some(h) = l.learners.get_mut(&from) else {
+            return;
+        };
+        if h.phase < HPhase::NewLeaderAcked || upto > stream_last {
+            self.drop_learner(from, RejectReason::Protocol);
+            return;
+        }
+        h.acked = h.acked.max(upto);
+        self.leader_try_commit();
+    }
+
+    /// Commits, strictly in zxid order, the highest zxid a quorum holds durably
+    /// (the leader's own durable write counts as its ACK).
+    pub(super) fn leader_try_commit(&mut self) {
+        let quorum = self.cfg.quorum();
+        let own = self.durable.ackable;
+        let voters = self.cfg.voters.clone();
+        let l = self.ld_ref();
+        if l.phase != Phase::Broadcast {
+            return;
+        }
+        let mut acks: Vec<Zxid> = vec![own.min(l.last_proposed)];
+        acks.extend(
+            l.learners
+                .iter()
+                .filter(|(id, h)| voters.contains(id) && h.phase >= HPhase::NewLeaderAcked)
+                .map(|(_, h)| h.acked),
+        );
+        if acks.len() < quorum {
+            return;
+        }
+        acks.sort_unstable_by(|a, b| b.cmp(a));
+        let candidate = acks[quorum - 1].min(l.last_proposed);
+        if candidate <= l.commit {
+            return;
+        }
+        let old = l.commit;
+        self.ld().commit = candidate;
+        let targets: Vec<PeerId> = self
+            .ld_ref()
+            .learners
+            .iter()
+            .filter(|(_, h)| h.phase >= HPhase::Synced)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in targets {
+            self.send_learner(id, SessionMsg::Commit { upto: candidate });
+        }
+        self.raise_commit_known(candidate);
+        self.leader_note_rollovers(old, candidate);
+        self.advance_apply();
+        self.leader_check_syncs();
+    }
+
+    /// A committed rollover proposal moves the leader to the next epoch: a quorum
+    /// has persisted acceptedEpoch ≥ that epoch (§6.2).
+    fn leader_note_rollovers(&mut self, old: Zxid, new: Zxid) {
+        let limit = self.cfg.counter_limit;
+        let rolled = self
+            .log
+            .iter()
+            .filter(|e| e.zxid > old && e.zxid <= new && e.zxid.is_last_with(limit))
+            .filter_map(|e| e.zxid.epoch().next())
+            .max();
+        let Some(epoch) = rolled else {
+            return;
+        };
+        let l = self.ld();
+        if l.established.is_some_and(|e| e >= epoch) {
+            return;
+        }
+        l.established = Some(epoch);
+        l.vote.peer_epoch = epoch;
+        self.out.push(Output::RoleChanged {
+            role: Role::Leader,
+            leader: Some(self.cfg.id),
+            epoch,
+        });
+    }
+
+    fn leader_start_ping_round(&mut self) -> u64 {
+        let l = self.ld();
+        l.ping_id += 1;
+        let id = l.ping_id;
+        let targets: Vec<PeerId> = l.learners.keys().copied().collect();
+        for t in targets {
+            self.send_learner(t, SessionMsg::Ping { id });
+        }
+        id
+    }
+
+    pub(super) fn leader_local_sync(&mut self, id: u64) {
+        let ping = self.leader_start_ping_round();
+        let barrier = self.ld_ref().last_proposed;
+        self.ld().syncs.push(PendingSync {
+            origin: SyncOrigin::Local(id),
+            barrier,
+            ping,
+        });
+        self.leader_check_syncs();
+    }
+
+    fn leader_on_sync_request(&mut self, from: PeerId, session: SessionId, id: u64) {
+        let ok = self.ld_ref().phase == Phase::Broadcast
+            && self
+                .ld_ref()
+                .learners
+                .get(&from)
+                .is_some_and(|h| h.phase == HPhase::UpToDate);
+        if !ok {
+            self.drop_learner(from, RejectReason::Protocol);
+            return;
+        }
+        let ping = self.leader_start_ping_round();
+        let barrier = self.ld_ref().last_proposed;
+        self.ld().syncs.push(PendingSync {
+            origin: SyncOrigin::Learner {
+                peer: from,
+                session,
+                id,
+            },
+            barrier,
+            ping,
+        });
+        self.leader_check_syncs();
+    }
+
+    /// Completes the sync barriers whose zxid is committed and whose ping round a
+    /// quorum answered (I6b: the answer cannot come from a deposed leader).
+    pub(super) fn leader_check_syncs(&mut self) {
+        let quorum = self.cfg.quorum();
+        let voters = self.cfg.voters.clone();
+        let applied = self.applied;
+        let l = self.ld_ref();
+        if l.syncs.is_empty() {
+            return;
+        }
+        let mut done = Vec::new();
+        let mut keep = Vec::new();
+        for s in &l.syncs {
+            let answered = 1 + l
+                .learners
+                .iter()
+                .filter(|(id, h)| {
+                    voters.contains(id) && h.phase >= HPhase::NewLeaderAcked && h.pong >= s.ping
+                })
+                .count();
+            let ready = answered >= quorum
+                && l.commit >= s.barrier
+                && match s.origin {
+                    SyncOrigin::Local(_) => applied >= s.barrier,
+                    SyncOrigin::Learner { .. } => true,
+                };
+            if ready {
+                done.push(*s);
+            } else {
+                keep.push(*s);
+            }
+        }
+        self.ld().syncs = keep;
+        for s in done {
+            match s.origin {
+                SyncOrigin::Local(id) => self.out.push(Output::SyncDone {
+                    id,
+                    zxid: s.barrier,
+                }),
+                SyncOrigin::Learner { peer, session, id } => {
+                    let same = self
+                        .ld_ref()
+                        .learners
+                        .get(&peer)
+                        .is_some_and(|h| h.session == session);
+                    if same {
+                        self.send_learner(
+                            peer,
+                            SessionMsg::SyncReply {
+                                id,
+                                zxid: s.barrier,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn leader_tick(&mut self) {
+        let now = self.now;
+        let quorum = self.cfg.quorum();
+        let voters = self.cfg.voters.clone();
+        let (init_limit, sync_limit, ping_interval) = (
+            self.cfg.init_limit,
+            self.cfg.sync_limit,
+            self.cfg.ping_interval,
+        );
+        let l = self.ld_ref();
+        if l.phase != Phase::Broadcast && now > l.deadline {
+            self.go_looking();
+            return;
+        }
+        let silent: Vec<PeerId> = l
+            .learners
+            .iter()
+            .filter(|(_, h)| {
+                let limit = if h.phase >= HPhase::NewLeaderAcked {
+                    sync_limit
+                } else {
+                    init_limit
+                };
+                now.0.saturating_sub(h.last_heard.0) > limit
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in silent {
+            self.drop_learner(id, RejectReason::Protocol);
+        }
+        let l = self.ld_ref();
+        if l.phase == Phase::Broadcast {
+            let synced = 1 + l
+                .learners
+                .iter()
+                .filter(|(id, h)| voters.contains(id) && h.phase >= HPhase::NewLeaderAcked)
+                .count();
+            if synced < quorum {
+                // §5.6: a leader that cannot hear a quorum steps down.
+                self.go_looking();
+                return;
+            }
+        }
+        if now >= self.ld_ref().next_ping {
+            self.ld().next_ping = now.after(ping_interval);
+            self.leader_start_ping_round();
+        }
+    }
+
+    pub(super) fn leader_leave(&mut self, mut l: Leader) {
+        // Tell learners at once, so they look for the next leader without waiting
+        // for their timeout.
+        let ids: Vec<PeerId> = l.learners.keys().copied().collect();
+        for id in ids {
+            let h = l.learners.get_mut(&id).expect("listed");
+            let msg = SessionMsg::Reject {
+                reason: RejectReason::NotLeading,
+            };
+            self.out.push(Output::Send {
+                to: id,
+                msg: Message::Session {
+                    session: h.session,
+                    seq: h.seq_out,
+                    msg,
+                },
+            });
+            h.seq_out += 1;
+        }
+        for s in l.syncs {
+            if let SyncOrigin::Local(id) = s.origin {
+                self.out.push(Output::SyncFailed {
+                    id,
+                    error: ReplicateError::LostQuorum,
+                });
+            }
+        }
+    }
+}

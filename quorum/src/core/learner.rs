@@ -1,0 +1,509 @@
+//! The learner (follower): discovery (§3.2), synchronisation (§4.6–4.8) and
+//! broadcast (§5.3).
+
+use std::collections::BTreeSet;
+
+use rzk_zxid::{Epoch, Zxid};
+
+use super::{Effect, Output, Peer, State, StorageCmd, SyncMode, Tick};
+use crate::message::{Entry, LearnerKind, Message, SessionId, SessionMsg, Vote};
+use crate::{PeerId, ReplicateError, Role};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    /// FOLLOWERINFO sent.
+    Connecting,
+    /// acceptedEpoch is being persisted (or other writes drain) before ACKEPOCH.
+    AcceptPersisting,
+    /// ACKEPOCH sent; waiting for DIFF, TRUNC or SNAP.
+    AwaitSync,
+    /// Receiving the synchronisation proposals (held in memory).
+    Syncing,
+    /// NEWLEADER received: the proposals, then currentEpoch, are being persisted.
+    NewLeaderPersisting,
+    /// NEWLEADER acknowledged; waiting for UPTODATE.
+    Synced,
+    /// Broadcast.
+    UpToDate,
+}
+
+/// The synchronisation mode the leader chose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Diff,
+    Trunc,
+    Snap,
+}
+
+/// State of a FOLLOWING peer.
+#[derive(Clone, Debug)]
+pub(crate) struct Learner {
+    pub(crate) leader: PeerId,
+    pub(crate) vote: Vote,
+    session: SessionId,
+    seq_out: u64,
+    seq_in: u64,
+    phase: Phase,
+    /// The epoch the leader offered.
+    epoch: Epoch,
+    last_heard: Tick,
+    mode: Option<Mode>,
+    /// Proposals received during synchronisation, before NEWLEADER. Memory only:
+    /// dropped if the sync is interrupted (I2, ZOOKEEPER-5094).
+    buffer: Vec<Entry>,
+    /// Last zxid received on this session's stream (continuity check).
+    last_received: Zxid,
+    ack_sent: Zxid,
+    marker_set: bool,
+    /// Sync requests sent to the leader.
+    syncs_sent: BTreeSet<u64>,
+    /// Barriers received, waiting for the apply point.
+    syncs_waiting: Vec<(u64, Zxid)>,
+}
+
+impl Learner {
+    pub(crate) fn new(peer: &Peer, vote: Vote) -> Learner {
+        Learner {
+            leader: vote.leader,
+            vote,
+            session: SessionId((peer.cfg.incarnation << 32) | (peer.next_session & 0xffff_ffff)),
+            seq_out: 0,
+            seq_in: 0,
+            phase: Phase::Connecting,
+            epoch: Epoch(0),
+            last_heard: peer.now,
+            mode: None,
+            buffer: Vec::new(),
+            last_received: Zxid::ZERO,
+            ack_sent: Zxid::ZERO,
+            marker_set: false,
+            syncs_sent: BTreeSet::new(),
+            syncs_waiting: Vec::new(),
+        }
+    }
+
+    pub(crate) fn is_up_to_date(&self) -> bool {
+        self.phase == Phase::UpToDate
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "following({:?}, {:?}, epoch {}, mode {:?}, buffered {})",
+            self.leader,
+            self.phase,
+            self.epoch,
+            self.mode,
+            self.buffer.len()
+        )
+    }
+}
+
+impl Peer {
+    fn fl(&mut self) -> &mut Learner {
+        match &mut self.state {
+            State::Following(f) => f,
+            _ => unreachable!("learner state accessed while not following"),
+        }
+    }
+
+    fn fl_ref(&self) -> &Learner {
+        match &self.state {
+            State::Following(f) => f,
+            _ => unreachable!("learner state accessed while not following"),
+        }
+    }
+
+    fn send_leader(&mut self, msg: SessionMsg) {
+        let f = self.fl();
+        let (to, session, seq) = (f.leader, f.session, f.seq_out);
+        f.seq_out += 1;
+        self.send(to, Message::Session { session, seq, msg });
+    }
+
+    pub(super) fn learner_start(&mut self) {
+        self.next_session += 1;
+        let accepted = self.durable.epochs.accepted;
+        // I1: FOLLOWERINFO carries the durable acceptedEpoch.
+        assert_eq!(accepted, self.durable.epochs.accepted);
+        self.send_leader(SessionMsg::FollowerInfo {
+            kind: LearnerKind::Participant,
+            accepted_epoch: accepted,
+        });
+    }
+
+    /// Ends the session on a protocol violation: the learner never skips or
+    /// patches, it goes back to election and resynchronises.
+    fn learner_protocol_error(&mut self) {
+        self.go_looking();
+    }
+
+    pub(super) fn learner_on_session(
+        &mut self,
+        from: PeerId,
+        session: SessionId,
+        seq: u64,
+        msg: SessionMsg,
+    ) {
+        let now = self.now;
+        let f = self.fl();
+        if from != f.leader || session != f.session {
+            return;
+        }
+        if seq != f.seq_in {
+            self.learner_protocol_error();
+            return;
+        }
+        f.seq_in += 1;
+        f.last_heard = now;
+        let phase = f.phase;
+        match msg {
+            SessionMsg::LeaderInfo { epoch, established } if phase == Phase::Connecting => {
+                self.learner_on_leader_info(epoch, established)
+            }
+            SessionMsg::Diff { .. } | SessionMsg::Trunc { .. } | SessionMsg::Snap { .. }
+                if phase == Phase::AwaitSync =>
+            {
+                self.learner_on_sync_mode(msg)
+            }
+            SessionMsg::Proposal { entries } if phase >= Phase::Syncing => {
+                self.learner_on_proposal(entries)
+            }
+            SessionMsg::Commit { upto } if phase >= Phase::Syncing => self.learner_on_commit(upto),
+            SessionMsg::NewLeader { epoch } if phase == Phase::Syncing => {
+                self.learner_on_new_leader(epoch)
+            }
+            SessionMsg::UpToDate { committed } if phase == Phase::Synced => {
+                self.learner_on_up_to_date(committed)
+            }
+            SessionMsg::Ping { id } => self.send_leader(SessionMsg::Pong { id }),
+            SessionMsg::SyncReply { id, zxid } if phase == Phase::UpToDate => {
+                if self.fl().syncs_sent.remove(&id) {
+                    self.fl().syncs_waiting.push((id, zxid));
+                    self.learner_check_syncs();
+                }
+            }
+            SessionMsg::Reject { .. } => self.go_looking(),
+            SessionMsg::LeaderInfo { .. }
+            | SessionMsg::Diff { .. }
+            | SessionMsg::Trunc { .. }
+            | SessionMsg::Snap { .. }
+            | SessionMsg::Proposal { .. }
+            | SessionMsg::Commit { .. }
+            | SessionMsg::NewLeader { .. }
+            | SessionMsg::UpToDate { .. }
+            | SessionMsg::SyncReply { .. }
+            | SessionMsg::FollowerInfo { .. }
+            | SessionMsg::AckEpoch { .. }
+            | SessionMsg::AckNewLeader { .. }
+            | SessionMsg::Ack { .. }
+            | SessionMsg::Inform { .. }
+            | SessionMsg::Pong { .. }
+            | SessionMsg::SyncRequest { .. } => self.learner_protocol_error(),
+        }
+    }
+
+    fn learner_on_leader_info(&mut self, epoch: Epoch, established: bool) {
+        let leader = self.fl_ref().leader;
+        let ep = self.written_epochs;
+        // §3.2, stricter: the same epoch is accepted again from another leader
+        // only if that leader is already established (this peer joins late and
+        // is not counted towards establishing it). Otherwise two leaders could
+        // both count this peer for one epoch.
+        let same_epoch_ok = ep.accepted_from == Some(leader) || established;
+        if epoch < ep.accepted || (epoch == ep.accepted && !same_epoch_ok) {
+            self.go_looking();
+            return;
+        }
+        self.fl().epoch = epoch;
+        self.fl().phase = Phase::AcceptPersisting;
+        if epoch > ep.accepted || ep.accepted_from != Some(leader) {
+            let mut next = ep;
+            next.accepted = epoch;
+            next.accepted_from = Some(leader);
+            // §1.3: acceptedEpoch is persisted before ACKEPOCH is sent.
+            self.save_epochs(next, None);
+        }
+        self.learner_try_ack_epoch();
+    }
+
+    fn learner_try_ack_epoch(&mut self) {
+        if self.fl_ref().phase != Phase::AcceptPersisting || !self.storage_idle() {
+            return;
+        }
+        let epoch = self.fl_ref().epoch;
+        // I1 (ZOOKEEPER-5094, 4882): ACKEPOCH reports the durable log, and it is
+        // sent only when nothing is in flight, so the log the leader syncs from
+        // is exactly the log on disk.
+        assert!(
+            self.durable.epochs.accepted >= epoch,
+            "acceptedEpoch durable before ACKEPOCH"
+        );
+        assert!(
+            self.durable.last == self.written_last() && self.blocked.is_empty(),
+            "I1: ACKEPOCH claims only durable history"
+        );
+        let (current_epoch, last_zxid) = (self.durable.epochs.current, self.durable.last);
+        let epoch_ends = self.epoch_ends();
+        self.fl().phase = Phase::AwaitSync;
+        self.send_leader(SessionMsg::AckEpoch {
+            current_epoch,
+            last_zxid,
+            epoch_ends,
+        });
+    }
+
+    /// The last zxid of each epoch in the (durable) log, newest first, then the
+    /// log base.
+    fn epoch_ends(&self) -> Vec<Zxid> {
+        let mut ends: Vec<Zxid> = Vec::new();
+        for e in self.log.iter().rev() {
+            if ends.len() >= crate::message::EPOCH_ENDS_MAX - 1 {
+                break;
+            }
+            if ends.last().is_none_or(|l| l.epoch() != e.zxid.epoch()) {
+                ends.push(e.zxid);
+            }
+        }
+        ends.push(self.log_base);
+        ends
+    }
+
+    fn learner_on_sync_mode(&mut self, msg: SessionMsg) {
+        let (marker_mode, target) = match &msg {
+            SessionMsg::Diff { leader_last } => (SyncMode::Diff, *leader_last),
+            SessionMsg::Trunc { to } => (SyncMode::Trunc, *to),
+            SessionMsg::Snap { zxid, .. } => (SyncMode::Snap, *zxid),
+            _ => unreachable!("only sync modes are routed here"),
+        };
+        // The marker goes down before the first change to the log, and is
+        // cleared only once the sync is complete and durable.
+        self.issue(
+            StorageCmd::BeginSync {
+                mode: marker_mode,
+                target,
+            },
+            Effect::Marker,
+        );
+        self.fl().marker_set = true;
+        self.sync_counts[match marker_mode {
+            SyncMode::Diff => 0,
+            SyncMode::Trunc => 1,
+            SyncMode::Snap => 2,
+        }] += 1;
+        let (mode, last) = match msg {
+            SessionMsg::Diff { .. } => (Mode::Diff, self.written_last()),
+            SessionMsg::Trunc { to } => {
+                let in_log =
+                    to == self.log_base || self.log.binary_search_by(|e| e.zxid.cmp(&to)).is_ok();
+                // A TRUNC below what is known committed, or outside the log, is a
+                // broken leader or stream: refuse it (CommittedLogDurability).
+                if to < self.commit_known || to > self.written_last() || !in_log {
+                    self.learner_protocol_error();
+                    return;
+                }
+                self.issue(
+                    StorageCmd::TruncateAfter(to),
+                    Effect::Truncate { after: to },
+                );
+                while self.log.back().is_some_and(|e| e.zxid > to) {
+                    self.log.pop_back();
+                }
+                self.recompute_gate();
+                (Mode::Trunc, to)
+            }
+            SessionMsg::Snap { zxid, data } => {
+                if zxid.epoch() > self.written_epochs.accepted {
+                    // The snapshot reaches into an epoch the leader rolled over to
+                    // after this session began: persist it first (EpochFence), as
+                    // the write path does for entries.
+                    let mut ep = self.written_epochs;
+                    ep.accepted = zxid.epoch();
+                    ep.accepted_from = Some(self.fl_ref().leader);
+                    self.save_epochs(ep, None);
+                }
+                self.issue(
+                    StorageCmd::InstallSnapshot {
+                        zxid,
+                        data: data.clone(),
+                    },
+                    Effect::Snapshot { zxid, data },
+                );
+                self.log.clear();
+                self.log_base = zxid;
+                self.gate = None;
+                self.raise_commit_known(zxid);
+                (Mode::Snap, zxid)
+            }
+            _ => unreachable!("only sync modes are routed here"),
+        };
+        let f = self.fl();
+        f.mode = Some(mode);
+        f.last_received = last;
+        f.phase = Phase::Syncing;
+    }
+
+    fn learner_on_proposal(&mut self, entries: Vec<Entry>) {
+        let mut last = self.fl_ref().last_received;
+        for e in &entries {
+            // ZOOKEEPER-4925: a proposal that does not follow the previous one ends
+            // the session.
+            if !e.zxid.is_next(last) {
+                self.learner_protocol_error();
+                return;
+            }
+            last = e.zxid;
+        }
+        let f = self.fl();
+        f.last_received = last;
+        if f.phase == Phase::Syncing {
+            f.buffer.extend(entries);
+            return;
+        }
+        self.write_entries(entries);
+    }
+
+    fn learner_on_commit(&mut self, upto: Zxid) {
+        if upto > self.fl_ref().last_received {
+            self.learner_protocol_error();
+            return;
+        }
+        self.raise_commit_known(upto);
+        self.advance_apply();
+    }
+
+    fn learner_on_new_leader(&mut self, epoch: Epoch) {
+        if epoch != self.fl_ref().epoch {
+            self.learner_protocol_error();
+            return;
+        }
+        let buffer = std::mem::take(&mut self.fl().buffer);
+        self.write_entries(buffer);
+        // ZOOKEEPER-4643/4785: currentEpoch after the proposals (storage runs in
+        // order), and the NEWLEADER ACK only once both are durable.
+        let mut ep = self.written_epochs;
+        ep.current = ep.current.max(epoch);
+        self.save_epochs(ep, None);
+        self.issue(StorageCmd::EndSync, Effect::Marker);
+        let f = self.fl();
+        f.marker_set = false;
+        f.phase = Phase::NewLeaderPersisting;
+        self.learner_try_ack_new_leader();
+    }
+
+    fn learner_try_ack_new_leader(&mut self) {
+        if self.fl_ref().phase != Phase::NewLeaderPersisting || !self.storage_idle() {
+            return;
+        }
+        let epoch = self.fl_ref().epoch;
+        assert!(
+            self.durable.epochs.current >= epoch && self.durable.last == self.written_last(),
+            "I1: the NEWLEADER ACK covers only durable history (ZOOKEEPER-4646)"
+        );
+        self.fl().phase = Phase::Synced;
+        self.send_leader(SessionMsg::AckNewLeader { epoch });
+        self.learner_maybe_ack();
+    }
+
+    fn learner_maybe_ack(&mut self) {
+        if self.fl_ref().phase < Phase::Synced {
+            return;
+        }
+        let upto = self.durable.ackable;
+        if upto <= self.fl_ref().ack_sent {
+            return;
+        }
+        // I1: an ACK covers only what is durable (and fenced, for a rollover).
+        assert!(upto <= self.durable.last, "I1: ACK beyond the durable log");
+        self.fl().ack_sent = upto;
+        self.send_leader(SessionMsg::Ack { upto });
+    }
+
+    pub(super) fn learner_after_storage(&mut self) {
+        match self.fl_ref().phase {
+            Phase::AcceptPersisting => self.learner_try_ack_epoch(),
+            Phase::NewLeaderPersisting => self.learner_try_ack_new_leader(),
+            Phase::Synced | Phase::UpToDate => self.learner_maybe_ack(),
+            Phase::Connecting | Phase::AwaitSync | Phase::Syncing => {}
+        }
+    }
+
+    fn learner_on_up_to_date(&mut self, committed: Zxid) {
+        if committed > self.fl_ref().last_received {
+            self.learner_protocol_error();
+            return;
+        }
+        self.raise_commit_known(committed);
+        let f = self.fl();
+        f.phase = Phase::UpToDate;
+        let (leader, epoch) = (f.leader, f.epoch);
+        self.apply_enabled = true;
+        self.out.push(Output::RoleChanged {
+            role: Role::Follower,
+            leader: Some(leader),
+            epoch,
+        });
+        self.advance_apply();
+    }
+
+    pub(super) fn learner_tick(&mut self) {
+        let f = self.fl_ref();
+        let limit = if f.phase >= Phase::Synced {
+            self.cfg.sync_limit
+        } else {
+            self.cfg.init_limit
+        };
+        if self.now.0.saturating_sub(f.last_heard.0) > limit {
+            self.go_looking();
+        }
+    }
+
+    pub(super) fn learner_local_sync(&mut self, id: u64) {
+        self.fl().syncs_sent.insert(id);
+        self.send_leader(SessionMsg::SyncRequest { id });
+    }
+
+    pub(super) fn learner_check_syncs(&mut self) {
+        let applied = self.applied;
+        let f = self.fl();
+        if f.syncs_waiting.is_empty() {
+            return;
+        }
+        let (done, keep): (Vec<_>, Vec<_>) =
+            f.syncs_waiting.drain(..).partition(|(_, z)| *z <= applied);
+        f.syncs_waiting = keep;
+        for (id, zxid) in done {
+            self.out.push(Output::SyncDone { id, zxid });
+        }
+    }
+
+    pub(super) fn learner_leave(&mut self, f: Learner) {
+        for id in f
+            .syncs_sent
+            .iter()
+            .copied()
+            .chain(f.syncs_waiting.iter().map(|(id, _)| *id))
+        {
+            self.out.push(Output::SyncFailed {
+                id,
+                error: ReplicateError::LostQuorum,
+            });
+        }
+        if f.phase == Phase::Syncing
+            && f.mode == Some(Mode::Trunc)
+            && self.cfg.test_bugs.keep_memory_after_interrupted_trunc
+        {
+            // Re-introduced ZOOKEEPER-5094 (test switch only): the proposals of the
+            // interrupted TRUNC stay in memory as if they were durable, and the
+            // next vote and ACKEPOCH advertise them.
+            for e in f.buffer {
+                if e.zxid.is_next(self.written_last()) {
+                    self.durable.last = e.zxid;
+                    self.durable.ackable = e.zxid;
+                    self.log.push_back(e);
+                }
+            }
+        }
+        // Otherwise the buffer is simply dropped with `f`: only the durable log
+        // is ours (I2).
+    }
+}

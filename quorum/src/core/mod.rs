@@ -1,0 +1,941 @@
+//! The sans-IO ZAB core: `Peer::step(now, input) -> outputs`.
+//!
+//! The core owns no socket, file or clock. Time comes in as [`Tick`]s, messages
+//! and storage completions come in as [`Input`]s, and everything the core wants
+//! done comes out as [`Output`]s, in the order it must be done: storage commands
+//! are executed in the order they are emitted and completed in that order
+//! ([`Input::StorageDone`] acknowledges every command up to an id), messages are
+//! sent in order per destination.
+//!
+//! # What the core guarantees (and the checker of `rzk-sim` verifies)
+//! - **I1, persist before you tell.** Votes, FOLLOWERINFO, ACKEPOCH, ACK and the
+//!   NEWLEADER ACK only claim history that storage has reported durable. Each is
+//!   built behind an assertion of that fact.
+//! - **I2, memory derived from disk.** The state machine is only given
+//!   transactions that are both committed and locally durable, and snapshots only
+//!   once installed durably. Proposals received during a synchronisation are held
+//!   in memory until NEWLEADER; if the sync is interrupted (of any mode) they are
+//!   dropped and what the peer advertises next comes from the durable log only
+//!   (ZOOKEEPER-5094, 3642, 2355, 4882).
+//! - **currentEpoch after durable.** A learner persists currentEpoch only after
+//!   every proposal it received before NEWLEADER is durable, and acknowledges
+//!   NEWLEADER only after that (ZOOKEEPER-3911, 4643, 4646, 4785); it sends no ACK
+//!   before its NEWLEADER ACK (ZOOKEEPER-4685).
+//! - **I3, epoch rollover without election** (zab-protocol.md §6.2): see
+//!   [`Config::counter_limit`].
+
+mod election;
+mod leader;
+mod learner;
+
+use std::collections::{BTreeSet, VecDeque};
+
+use bytes::Bytes;
+use rzk_zxid::{CounterLimit, Epoch, Zxid};
+
+use crate::message::{Entry, Message, SessionMsg};
+use crate::{PeerId, ReplicateError, Role};
+
+pub use election::Election;
+
+/// Abstract time: the driver decides what one tick is (the tokio driver and the
+/// simulation use one millisecond). All timeouts in [`Config`] are in ticks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Tick(pub u64);
+
+impl Tick {
+    /// `self + ticks`, saturating.
+    pub fn after(self, ticks: u64) -> Tick {
+        Tick(self.0.saturating_add(ticks))
+    }
+}
+
+/// Identifies one storage command. Ids increase by one per command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct OpId(pub u64);
+
+/// A peer's persisted epochs (zab-protocol.md §1.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Epochs {
+    /// The highest epoch this peer promised to follow.
+    pub accepted: Epoch,
+    /// The leader the promise was made to. A peer accepts the *same* epoch again
+    /// only from that leader (a reconnect), so two leaders can never both gather a
+    /// quorum for one epoch.
+    pub accepted_from: Option<PeerId>,
+    /// The epoch whose leader's initial history this peer holds durably.
+    pub current: Epoch,
+}
+
+/// A storage command. The driver executes commands strictly in emission order.
+///
+/// # Correctness
+/// A command is complete when its effect is durable (fsynced). Completion is
+/// reported with [`Input::StorageDone`] for the highest completed id; every
+/// earlier command must be complete by then. After a crash, what survived must be
+/// a prefix of the emitted commands (a torn last record is discarded).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StorageCmd {
+    /// Append entries to the log. They continue the log contiguously.
+    Append(Vec<Entry>),
+    /// Remove every log entry after `zxid`.
+    TruncateAfter(Zxid),
+    /// Durably store a snapshot at `zxid` and make the log start right after it
+    /// (older entries are discarded). Atomic.
+    InstallSnapshot {
+        /// The snapshot's last transaction.
+        zxid: Zxid,
+        /// The state machine bytes.
+        data: Bytes,
+    },
+    /// Persist acceptedEpoch / currentEpoch (atomically).
+    SaveEpochs(Epochs),
+    /// Set the sync-in-progress marker, before a learner sync changes anything.
+    /// A TRUNC or SNAP install is only valid under the matching marker.
+    BeginSync {
+        /// DIFF, TRUNC or SNAP.
+        mode: SyncMode,
+        /// The zxid the sync reaches first: the TRUNC point, the snapshot's
+        /// zxid, or (DIFF) the leader's last zxid.
+        target: Zxid,
+    },
+    /// Clear the sync-in-progress marker: the sync is complete and durable.
+    EndSync,
+}
+
+/// The mode of a learner synchronisation (zab-protocol.md §4.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SyncMode {
+    /// Append what the learner lacks.
+    Diff,
+    /// Cut the learner's log back, then append.
+    Trunc,
+    /// Replace the learner's state with a snapshot, then append.
+    Snap,
+}
+
+/// What a peer's durable storage held when it (re)started.
+#[derive(Clone, Debug, Default)]
+pub struct Recovered {
+    /// Persisted epochs.
+    pub epochs: Epochs,
+    /// The newest valid snapshot, if any.
+    pub snapshot: Option<(Zxid, Bytes)>,
+    /// The durable log entries (those at or below the snapshot are ignored).
+    pub log: Vec<Entry>,
+    /// Whether a sync was in progress when the peer stopped.
+    pub sync_in_progress: bool,
+}
+
+/// Switches that re-introduce known bugs, for the simulation's regression proofs.
+/// All off by default; never turn one on outside a test.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TestBugs {
+    /// ZOOKEEPER-5094: after an interrupted TRUNC sync, keep the proposals received
+    /// in memory and treat them as if they were durable.
+    pub keep_memory_after_interrupted_trunc: bool,
+}
+
+/// Configuration of one peer.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// This peer.
+    pub id: PeerId,
+    /// The voting members, including this peer.
+    pub voters: BTreeSet<PeerId>,
+    /// The highest zxid counter a leader assigns in one epoch. The proposal that
+    /// gets it is the epoch's *rollover proposal* R: every peer that makes R
+    /// durable persists acceptedEpoch and currentEpoch = epoch(R)+1 before it
+    /// acknowledges R, and no peer writes a proposal of the next epoch before it
+    /// knows R committed. The leader carries on in the next epoch, counter 1,
+    /// without an election (I3; zab-protocol.md §6.2).
+    pub counter_limit: CounterLimit,
+    /// The quiet period after a quorum agrees on a vote (ZooKeeper's finalizeWait).
+    pub finalize_wait: u64,
+    /// First interval between re-sent election notifications; doubles up to
+    /// `notification_interval_max`.
+    pub notification_interval_min: u64,
+    /// Cap of the notification interval.
+    pub notification_interval_max: u64,
+    /// How often the leader pings its learners.
+    pub ping_interval: u64,
+    /// Limit for discovery and synchronisation (ZooKeeper's initLimit × tickTime).
+    pub init_limit: u64,
+    /// Silence after which a learner drops its leader, and a leader a learner
+    /// (syncLimit × tickTime).
+    pub sync_limit: u64,
+    /// Maximum proposals per PROPOSAL message.
+    pub batch_entries_max: usize,
+    /// Maximum size of one proposal's payload.
+    pub proposal_bytes_max: usize,
+    /// How many log entries at or below the latest snapshot are kept in memory for
+    /// DIFF synchronisation; a learner further behind gets SNAP.
+    pub log_retained_below_snapshot_max: usize,
+    /// Set by the driver, different at every start (for example a boot counter);
+    /// makes session ids unique across restarts.
+    pub incarnation: u64,
+    /// Test-only bug switches.
+    pub test_bugs: TestBugs,
+}
+
+impl Config {
+    /// A configuration with ZooKeeper-like timing for one tick = 1 ms.
+    pub fn new(id: PeerId, voters: impl IntoIterator<Item = PeerId>) -> Config {
+        Config {
+            id,
+            voters: voters.into_iter().collect(),
+            counter_limit: CounterLimit::DEFAULT,
+            finalize_wait: 200,
+            notification_interval_min: 200,
+            notification_interval_max: 60_000,
+            ping_interval: 1_000,
+            init_limit: 20_000,
+            sync_limit: 10_000,
+            batch_entries_max: 512,
+            proposal_bytes_max: 1 << 20,
+            log_retained_below_snapshot_max: 500,
+            incarnation: 0,
+            test_bugs: TestBugs::default(),
+        }
+    }
+
+    fn quorum(&self) -> usize {
+        self.voters.len() / 2 + 1
+    }
+}
+
+/// An input to [`Peer::step`].
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// A message from another peer.
+    Message {
+        /// The sender (the transport has checked it is a configured server).
+        from: PeerId,
+        /// The message.
+        msg: Message,
+    },
+    /// Time passed; the core checks its deadlines.
+    Tick,
+    /// Client proposals, in order; each has a caller-chosen id.
+    Propose(Vec<(u64, Bytes)>),
+    /// A linearizable-read barrier request with a caller-chosen id.
+    Sync {
+        /// The request id.
+        id: u64,
+    },
+    /// Every storage command up to and including `op` is durable.
+    StorageDone {
+        /// The highest completed command.
+        op: OpId,
+    },
+    /// The state machine's snapshot at `zxid` is durable in storage.
+    SnapshotSaved {
+        /// The snapshot's last transaction.
+        zxid: Zxid,
+        /// Its bytes (kept to serve SNAP synchronisations).
+        data: Bytes,
+    },
+}
+
+/// An output of [`Peer::step`], to be carried out in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Send a message.
+    Send {
+        /// The destination.
+        to: PeerId,
+        /// The message.
+        msg: Message,
+    },
+    /// Execute a storage command.
+    Storage {
+        /// Its id, acknowledged with [`Input::StorageDone`].
+        op: OpId,
+        /// The command.
+        cmd: StorageCmd,
+    },
+    /// Replace the state machine's state with this snapshot.
+    ApplySnapshot {
+        /// The snapshot's last transaction.
+        zxid: Zxid,
+        /// The bytes.
+        data: Bytes,
+    },
+    /// Apply these committed, durable transactions, in order.
+    Apply(Vec<Entry>),
+    /// A proposal got its zxid.
+    Proposed {
+        /// The caller's id.
+        id: u64,
+        /// The zxid.
+        zxid: Zxid,
+    },
+    /// A proposal was refused.
+    ProposeFailed {
+        /// The caller's id.
+        id: u64,
+        /// Why.
+        error: ReplicateError,
+    },
+    /// A sync barrier is passed: this peer has applied everything up to `zxid`,
+    /// which covers everything committed before the sync reached the leader.
+    SyncDone {
+        /// The caller's id.
+        id: u64,
+        /// The barrier.
+        zxid: Zxid,
+    },
+    /// A sync failed.
+    SyncFailed {
+        /// The caller's id.
+        id: u64,
+        /// Why.
+        error: ReplicateError,
+    },
+    /// The peer's role changed. A change to `Looking` fails every outstanding
+    /// proposal (it may still commit under a new leader).
+    RoleChanged {
+        /// The new role.
+        role: Role,
+        /// The leader, when one is established.
+        leader: Option<PeerId>,
+        /// The established epoch (for `Looking`, the current epoch).
+        epoch: Epoch,
+    },
+}
+
+/// Why a peer could not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CoreError {
+    /// The configuration is unusable.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// The recovered log is not contiguous.
+    #[error("recovered log has a gap: {next} does not follow {prev}")]
+    RecoveredLogGap {
+        /// The last zxid before the gap.
+        prev: Zxid,
+        /// The first zxid after it.
+        next: Zxid,
+    },
+    /// The recovered epochs contradict each other or the log.
+    #[error("recovered epochs are inconsistent: {0}")]
+    RecoveredEpochs(String),
+}
+
+/// What becomes durable when a storage command completes.
+#[derive(Clone, Debug)]
+enum Effect {
+    /// `ackable`: the last entry that may be acknowledged once durable (all but
+    /// a trailing rollover proposal, which waits for its fence).
+    Append {
+        last: Zxid,
+        ackable: Option<Zxid>,
+    },
+    Truncate {
+        after: Zxid,
+    },
+    Snapshot {
+        zxid: Zxid,
+        data: Bytes,
+    },
+    Epochs {
+        epochs: Epochs,
+        fence: Option<Zxid>,
+    },
+    Marker,
+}
+
+/// What storage has confirmed durable.
+#[derive(Clone, Copy, Debug, Default)]
+struct Durable {
+    /// Last durable log zxid (or the snapshot's).
+    last: Zxid,
+    /// Last zxid this peer may acknowledge: durable, and if it is a rollover
+    /// proposal, its fence is durable too.
+    ackable: Zxid,
+    epochs: Epochs,
+}
+
+enum State {
+    Looking(Election),
+    Leading(Box<leader::Leader>),
+    Following(Box<learner::Learner>),
+}
+
+/// One ZAB peer, without IO. See the module docs.
+pub struct Peer {
+    cfg: Config,
+    now: Tick,
+    out: Vec<Output>,
+    durable: Durable,
+    /// The epochs of the last `SaveEpochs` emitted (durable or not yet).
+    written_epochs: Epochs,
+    /// The newest durable snapshot; `(ZERO, empty)` stands for the empty state.
+    snapshot: (Zxid, Bytes),
+    /// In-memory window of the log: entries after `log_base`, including those
+    /// emitted for writing but not yet durable. Contiguous (`Zxid::is_next`).
+    log: VecDeque<Entry>,
+    log_base: Zxid,
+    /// Received or proposed entries not yet emitted for writing because they
+    /// belong to an epoch after an uncommitted rollover proposal (I3).
+    blocked: VecDeque<Entry>,
+    /// The uncommitted rollover proposal in the written log, if any.
+    gate: Option<Zxid>,
+    ops: VecDeque<(OpId, Effect)>,
+    next_op: u64,
+    /// Highest zxid known to be committed.
+    commit_known: Zxid,
+    /// Highest zxid handed to the state machine.
+    applied: Zxid,
+    /// Whether committed entries may be applied (leader established, or learner
+    /// past UPTODATE).
+    apply_enabled: bool,
+    /// Election round (logical clock).
+    round: u64,
+    /// Learner synchronisations started, by mode: DIFF, TRUNC, SNAP.
+    sync_counts: [u64; 3],
+    next_session: u64,
+    state: State,
+}
+
+impl Peer {
+    /// Starts a peer from what its storage recovered. The first outputs hand the
+    /// snapshot to the state machine and start an election.
+    pub fn new(cfg: Config, rec: Recovered, now: Tick) -> Result<(Peer, Vec<Output>), CoreError> {
+        if !cfg.voters.contains(&cfg.id) {
+            return Err(CoreError::InvalidConfig(format!(
+                "peer {:?} is not among the voters (observers are not supported yet)",
+                cfg.id
+            )));
+        }
+        if rec.epochs.current > rec.epochs.accepted {
+            return Err(CoreError::RecoveredEpochs(format!(
+                "currentEpoch {} > acceptedEpoch {}",
+                rec.epochs.current, rec.epochs.accepted
+            )));
+        }
+        let snapshot = rec.snapshot.unwrap_or((Zxid::ZERO, Bytes::new()));
+        let mut log = VecDeque::new();
+        let mut prev = snapshot.0;
+        for e in rec.log.into_iter().filter(|e| e.zxid > snapshot.0) {
+            if !e.zxid.is_next(prev) {
+                return Err(CoreError::RecoveredLogGap { prev, next: e.zxid });
+            }
+            prev = e.zxid;
+            log.push_back(e);
+        }
+        // Entries of an epoch are written only after that epoch was accepted (a
+        // rollover's next epoch after its fence), so the log can never be ahead of
+        // acceptedEpoch.
+        if prev.epoch() > rec.epochs.accepted {
+            return Err(CoreError::RecoveredEpochs(format!(
+                "log reaches {prev} but acceptedEpoch is {}",
+                rec.epochs.accepted
+            )));
+        }
+        let durable = Durable {
+            last: prev,
+            ackable: prev,
+            epochs: rec.epochs,
+        };
+        let mut peer = Peer {
+            now,
+            out: Vec::new(),
+            durable,
+            written_epochs: rec.epochs,
+            log,
+            log_base: snapshot.0,
+            blocked: VecDeque::new(),
+            gate: None,
+            ops: VecDeque::new(),
+            next_op: 1,
+            commit_known: snapshot.0,
+            applied: snapshot.0,
+            apply_enabled: false,
+            round: 0,
+            sync_counts: [0; 3],
+            next_session: 1,
+            state: State::Looking(Election::placeholder()),
+            snapshot: snapshot.clone(),
+            cfg,
+        };
+        // I2: the state machine starts from the durable snapshot only. The log
+        // after it is applied once it is known committed (at UPTODATE or when this
+        // peer's leadership is established), because an uncommitted tail may
+        // still be truncated by the next leader.
+        peer.out.push(Output::ApplySnapshot {
+            zxid: snapshot.0,
+            data: snapshot.1,
+        });
+        peer.recompute_gate();
+        if rec.sync_in_progress {
+            // The last sync was interrupted. Everything this peer will advertise
+            // comes from the log just recovered (a prefix of that leader's
+            // history, written in order), so the marker can be cleared.
+            peer.issue(StorageCmd::EndSync, Effect::Marker);
+        }
+        peer.go_looking();
+        let out = std::mem::take(&mut peer.out);
+        Ok((peer, out))
+    }
+
+    /// Feeds one input; returns what to do, in order.
+    pub fn step(&mut self, now: Tick, input: Input) -> Vec<Output> {
+        if now > self.now {
+            self.now = now;
+        }
+        match input {
+            Input::Message { from, msg } => self.on_message(from, msg),
+            Input::Tick => self.on_tick(),
+            Input::Propose(proposals) => self.on_propose(proposals),
+            Input::Sync { id } => self.on_sync(id),
+            Input::StorageDone { op } => self.on_storage_done(op),
+            Input::SnapshotSaved { zxid, data } => self.on_snapshot_saved(zxid, data),
+        }
+        std::mem::take(&mut self.out)
+    }
+
+    /// This peer's id.
+    pub fn id(&self) -> PeerId {
+        self.cfg.id
+    }
+
+    /// The role as the server sees it.
+    pub fn role(&self) -> Role {
+        match &self.state {
+            State::Leading(l) if l.is_established() => Role::Leader,
+            State::Following(f) if f.is_up_to_date() => Role::Follower,
+            _ => Role::Looking,
+        }
+    }
+
+    /// The established leader this peer follows or is.
+    pub fn leader(&self) -> Option<PeerId> {
+        match &self.state {
+            State::Leading(l) if l.is_established() => Some(self.cfg.id),
+            State::Following(f) if f.is_up_to_date() => Some(f.leader),
+            _ => None,
+        }
+    }
+
+    /// The last durable zxid (what this peer may advertise).
+    pub fn last_durable_zxid(&self) -> Zxid {
+        self.durable.last
+    }
+
+    /// The highest zxid applied to the state machine.
+    pub fn applied(&self) -> Zxid {
+        self.applied
+    }
+
+    /// The highest zxid known committed.
+    pub fn commit_known(&self) -> Zxid {
+        self.commit_known
+    }
+
+    /// The durable epochs.
+    pub fn durable_epochs(&self) -> Epochs {
+        self.durable.epochs
+    }
+
+    /// How many learner synchronisations this peer started, by mode: DIFF,
+    /// TRUNC, SNAP.
+    pub fn sync_counts(&self) -> [u64; 3] {
+        self.sync_counts
+    }
+
+    /// A one-line description of the peer's state, for traces.
+    pub fn describe(&self) -> String {
+        let st = match &self.state {
+            State::Looking(e) => format!("looking(round {}, vote {:?})", self.round, e.vote.leader),
+            State::Leading(l) => l.describe(),
+            State::Following(f) => f.describe(),
+        };
+        format!(
+            "{:?} {st} durable={} applied={} commit={} epochs=({},{})",
+            self.cfg.id,
+            self.durable.last,
+            self.applied,
+            self.commit_known,
+            self.durable.epochs.accepted,
+            self.durable.epochs.current
+        )
+    }
+
+    // ---- shared machinery ----------------------------------------------------
+
+    fn is_voter(&self, id: PeerId) -> bool {
+        self.cfg.voters.contains(&id)
+    }
+
+    fn send(&mut self, to: PeerId, msg: Message) {
+        self.out.push(Output::Send { to, msg });
+    }
+
+    fn written_last(&self) -> Zxid {
+        self.log.back().map(|e| e.zxid).unwrap_or(self.log_base)
+    }
+
+    /// The last zxid received or proposed (written or blocked).
+    fn stream_last(&self) -> Zxid {
+        self.blocked
+            .back()
+            .map(|e| e.zxid)
+            .unwrap_or_else(|| self.written_last())
+    }
+
+    fn storage_idle(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    fn issue(&mut self, cmd: StorageCmd, effect: Effect) {
+        let op = OpId(self.next_op);
+        self.next_op += 1;
+        self.ops.push_back((op, effect));
+        self.out.push(Output::Storage { op, cmd });
+    }
+
+    fn save_epochs(&mut self, epochs: Epochs, fence: Option<Zxid>) {
+        self.written_epochs = epochs;
+        self.issue(
+            StorageCmd::SaveEpochs(epochs),
+            Effect::Epochs { epochs, fence },
+        );
+    }
+
+    fn on_storage_done(&mut self, op: OpId) {
+        while let Some((id, _)) = self.ops.front() {
+            if *id > op {
+                break;
+            }
+            let (_, effect) = self.ops.pop_front().expect("front exists");
+            self.apply_effect(effect);
+        }
+        self.after_storage();
+    }
+
+    fn apply_effect(&mut self, effect: Effect) {
+        match effect {
+            Effect::Append { last, ackable } => {
+                self.durable.last = last;
+                if let Some(a) = ackable {
+                    self.durable.ackable = self.durable.ackable.max(a);
+                }
+            }
+            Effect::Truncate { after } => {
+                self.durable.last = self.durable.last.min(after);
+                self.durable.ackable = self.durable.ackable.min(after);
+            }
+            Effect::Snapshot { zxid, data } => {
+                self.durable.last = zxid;
+                self.durable.ackable = zxid;
+                self.snapshot = (zxid, data.clone());
+                // I2: the state machine sees the snapshot only once it is durable.
+                self.applied = zxid;
+                self.out.push(Output::ApplySnapshot { zxid, data });
+            }
+            Effect::Epochs { epochs, fence } => {
+                self.durable.epochs = epochs;
+                if let Some(r) = fence {
+                    if self.durable.last >= r && self.durable.ackable < r {
+                        self.durable.ackable = r;
+                    }
+                }
+            }
+            Effect::Marker => {}
+        }
+    }
+
+    fn after_storage(&mut self) {
+        match &self.state {
+            State::Looking(_) => self.election_refresh_own_vote(),
+            State::Leading(_) => self.leader_after_storage(),
+            State::Following(_) => self.learner_after_storage(),
+        }
+        self.advance_apply();
+    }
+
+    /// Emits entries for writing, holding back those of an epoch after an
+    /// uncommitted rollover proposal (I3, §6.2 step 4).
+    fn write_entries(&mut self, entries: impl IntoIterator<Item = Entry>) {
+        self.blocked.extend(entries);
+        self.flush_blocked();
+    }
+
+    fn flush_blocked(&mut self) {
+        let mut batch = Vec::new();
+        while let Some(front) = self.blocked.front() {
+            if let Some(g) = self.gate {
+                if front.zxid.epoch() > g.epoch() {
+                    break;
+                }
+            }
+            let e = self.blocked.pop_front().expect("front exists");
+            debug_assert!(e.zxid.is_next(self.written_last()), "log stays contiguous");
+            if e.zxid.epoch() > self.written_epochs.accepted {
+                // Only the successor of a committed rollover proposal gets here (R
+                // may have arrived inside a SNAP snapshot, without its fence). The
+                // epoch is persisted before its first entry (EpochFence).
+                if !batch.is_empty() {
+                    self.issue_append(std::mem::take(&mut batch), false);
+                }
+                let mut ep = self.written_epochs;
+                ep.accepted = e.zxid.epoch();
+                ep.accepted_from = Some(self.fence_owner());
+                ep.current = ep.current.max(e.zxid.epoch());
+                self.save_epochs(ep, None);
+            }
+            let zxid = e.zxid;
+            self.log.push_back(e.clone());
+            batch.push(e);
+            if zxid.is_last_with(self.cfg.counter_limit) {
+                // R ends its own append, and the fence follows it, so "R durable
+                // and fenced" is one point in the storage order (§6.2 step 3).
+                self.issue_append(std::mem::take(&mut batch), true);
+                self.issue_fence(zxid);
+                if self.commit_known < zxid {
+                    self.gate = Some(zxid);
+                }
+            }
+        }
+        if !batch.is_empty() {
+            self.issue_append(batch, false);
+        }
+    }
+
+    fn issue_append(&mut self, entries: Vec<Entry>, ends_with_rollover: bool) {
+        let last = entries.last().expect("non-empty append").zxid;
+        let ackable = if ends_with_rollover {
+            entries.len().checked_sub(2).map(|i| entries[i].zxid)
+        } else {
+            Some(last)
+        };
+        self.issue(
+            StorageCmd::Append(entries),
+            Effect::Append { last, ackable },
+        );
+    }
+
+    /// The fence of a rollover proposal R (I3): acceptedEpoch := epoch(R)+1 is
+    /// persisted right after R, so no ACK covers R before the fence is durable
+    /// and a quorum of R's ACKs means a quorum promised the next epoch.
+    ///
+    /// currentEpoch := epoch(R)+1 is persisted only once R is known committed
+    /// (here, if it already is, or in `raise_commit_known`). Deviation from the
+    /// ZOOKEEPER-4883 PR, which raises currentEpoch at the fence: if R then never
+    /// commits, another leader may legitimately establish epoch(R)+1, and two
+    /// different histories would both claim currentEpoch epoch(R)+1, so the vote
+    /// and ACKEPOCH order (currentEpoch first) would no longer say which history
+    /// is newer. The simulation found this (PrimaryIntegrity).
+    fn issue_fence(&mut self, r: Zxid) {
+        let Some(next) = r.epoch().next() else {
+            // The epoch space is exhausted; there is no epoch to roll to. The
+            // leader never proposes past R in that case (see leader::next_zxid).
+            return;
+        };
+        let mut ep = self.written_epochs;
+        if ep.accepted < next {
+            ep.accepted = next;
+            ep.accepted_from = Some(self.fence_owner());
+        }
+        if self.commit_known >= r {
+            ep.current = ep.current.max(next);
+        }
+        self.save_epochs(ep, Some(r));
+    }
+
+    /// R is known committed: the next epoch belongs to R's leader, and this peer
+    /// holds that epoch's initial history (everything up to R).
+    fn confirm_rollover(&mut self, r: Zxid) {
+        let Some(next) = r.epoch().next() else {
+            return;
+        };
+        if self.written_epochs.current >= next {
+            return;
+        }
+        let mut ep = self.written_epochs;
+        ep.current = next;
+        ep.accepted = ep.accepted.max(next);
+        self.save_epochs(ep, None);
+    }
+
+    fn fence_owner(&self) -> PeerId {
+        match &self.state {
+            State::Following(f) => f.leader,
+            State::Leading(_) | State::Looking(_) => self.cfg.id,
+        }
+    }
+
+    /// The gate is the first rollover proposal in the written log that is not
+    /// known committed.
+    fn recompute_gate(&mut self) {
+        let limit = self.cfg.counter_limit;
+        let ck = self.commit_known;
+        self.gate = self
+            .log
+            .iter()
+            .find(|e| e.zxid > ck && e.zxid.is_last_with(limit))
+            .map(|e| e.zxid);
+    }
+
+    fn raise_commit_known(&mut self, upto: Zxid) {
+        if upto <= self.commit_known {
+            return;
+        }
+        self.commit_known = upto;
+        if let Some(g) = self.gate {
+            if upto >= g {
+                self.gate = None;
+                self.confirm_rollover(g);
+                self.flush_blocked();
+            }
+        }
+    }
+
+    fn advance_apply(&mut self) {
+        if !self.apply_enabled {
+            return;
+        }
+        let target = self
+            .commit_known
+            .min(self.durable.last)
+            .min(self.written_last());
+        if target <= self.applied {
+            return;
+        }
+        let start = self.log.partition_point(|e| e.zxid <= self.applied);
+        let mut entries = Vec::new();
+        let mut prev = self.applied;
+        for e in self.log.iter().skip(start) {
+            if e.zxid > target {
+                break;
+            }
+            assert!(
+                e.zxid.is_next(prev),
+                "apply order: {} does not follow {}",
+                e.zxid,
+                prev
+            );
+            prev = e.zxid;
+            entries.push(e.clone());
+        }
+        if entries.is_empty() {
+            return;
+        }
+        self.applied = prev;
+        self.out.push(Output::Apply(entries));
+        self.on_applied();
+    }
+
+    fn on_applied(&mut self) {
+        match &self.state {
+            State::Leading(_) => self.leader_check_syncs(),
+            State::Following(_) => self.learner_check_syncs(),
+            State::Looking(_) => {}
+        }
+    }
+
+    fn on_snapshot_saved(&mut self, zxid: Zxid, data: Bytes) {
+        if zxid <= self.snapshot.0 || zxid > self.applied {
+            return;
+        }
+        self.snapshot = (zxid, data);
+        // Keep a bounded window below the snapshot for DIFF; older peers get SNAP.
+        let below = self.log.partition_point(|e| e.zxid <= zxid);
+        let drop = below.saturating_sub(self.cfg.log_retained_below_snapshot_max);
+        for _ in 0..drop {
+            let e = self.log.pop_front().expect("counted");
+            self.log_base = e.zxid;
+        }
+    }
+
+    fn on_message(&mut self, from: PeerId, msg: Message) {
+        if !self.is_voter(from) || from == self.cfg.id {
+            return;
+        }
+        match msg {
+            Message::Notification(n) => self.on_notification(from, n),
+            Message::Session { session, seq, msg } => match &self.state {
+                State::Leading(_) => self.leader_on_session(from, session, seq, msg),
+                State::Following(_) => self.learner_on_session(from, session, seq, msg),
+                State::Looking(_) => {
+                    if seq == 0 && matches!(msg, SessionMsg::FollowerInfo { .. }) {
+                        let reject = SessionMsg::Reject {
+                            reason: crate::message::RejectReason::NotLeading,
+                        };
+                        self.send(
+                            from,
+                            Message::Session {
+                                session,
+                                seq: 0,
+                                msg: reject,
+                            },
+                        );
+                    }
+                }
+            },
+        }
+    }
+
+    fn on_tick(&mut self) {
+        match &self.state {
+            State::Looking(_) => self.election_tick(),
+            State::Leading(_) => self.leader_tick(),
+            State::Following(_) => self.learner_tick(),
+        }
+    }
+
+    fn on_propose(&mut self, proposals: Vec<(u64, Bytes)>) {
+        match &self.state {
+            State::Leading(l) if l.is_established() => self.leader_propose(proposals),
+            _ => {
+                let leader = self.leader();
+                for (id, _) in proposals {
+                    self.out.push(Output::ProposeFailed {
+                        id,
+                        error: ReplicateError::NotLeader { leader },
+                    });
+                }
+            }
+        }
+    }
+
+    fn on_sync(&mut self, id: u64) {
+        match &self.state {
+            State::Leading(l) if l.is_established() => self.leader_local_sync(id),
+            State::Following(f) if f.is_up_to_date() => self.learner_local_sync(id),
+            _ => {
+                let leader = self.leader();
+                self.out.push(Output::SyncFailed {
+                    id,
+                    error: ReplicateError::NotLeader { leader },
+                });
+            }
+        }
+    }
+
+    /// Leaves the current role and starts an election.
+    fn go_looking(&mut self) {
+        match std::mem::replace(&mut self.state, State::Looking(Election::placeholder())) {
+            State::Looking(_) => {}
+            State::Leading(l) => self.leader_leave(*l),
+            State::Following(f) => self.learner_leave(*f),
+        }
+        // Proposals not yet written were never durable anywhere; they are dropped
+        // (I2). Written ones stay: storage will make them durable or a crash loses
+        // them, and either way what we advertise is what storage confirmed.
+        self.blocked.clear();
+        self.apply_enabled = false;
+        self.recompute_gate();
+        self.out.push(Output::RoleChanged {
+            role: Role::Looking,
+            leader: None,
+            epoch: self.durable.epochs.current,
+        });
+        self.start_election();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,564 @@
+//! Handler tests: each feeds inputs to one peer and asserts the exact outputs.
+
+use bytes::Bytes;
+use rzk_zxid::{CounterLimit, Epoch, Zxid};
+
+use super::*;
+use crate::message::{Notification, PeerState, RejectReason, SessionId, SessionMsg, Vote};
+
+const L: PeerId = PeerId(2);
+
+fn z(e: u32, c: u32) -> Zxid {
+    Zxid::new(Epoch(e), c.into())
+}
+
+fn entry(e: u32, c: u32) -> Entry {
+    Entry {
+        zxid: z(e, c),
+        payload: Bytes::from(format!("{e}.{c}")),
+    }
+}
+
+fn cfg(id: u64) -> Config {
+    let mut c = Config::new(PeerId(id), [PeerId(1), PeerId(2), PeerId(3)]);
+    c.finalize_wait = 0;
+    c
+}
+
+fn recovered(log: Vec<Entry>, accepted: u32, current: u32) -> Recovered {
+    Recovered {
+        epochs: Epochs {
+            accepted: Epoch(accepted),
+            accepted_from: Some(L),
+            current: Epoch(current),
+        },
+        snapshot: None,
+        log,
+        sync_in_progress: false,
+    }
+}
+
+fn note(from: u64, state: PeerState, leader: PeerId, epoch: u32) -> Input {
+    Input::Message {
+        from: PeerId(from),
+        msg: Message::Notification(Notification {
+            state,
+            vote: Vote {
+                leader,
+                zxid: Zxid::ZERO,
+                peer_epoch: Epoch(epoch),
+            },
+            round: 1,
+        }),
+    }
+}
+
+/// A peer 1 that has decided to follow peer 2; returns it, its session and
+/// the next tick.
+fn follower(cfg: Config, rec: Recovered) -> (Peer, SessionId) {
+    let (mut p, _) = Peer::new(cfg, rec, Tick(0)).expect("starts");
+    p.step(Tick(1), note(2, PeerState::Leading, L, 1));
+    let out = p.step(Tick(1), note(3, PeerState::Following, L, 1));
+    let session = match out.as_slice() {
+        [Output::Send {
+            to,
+            msg:
+                Message::Session {
+                    session,
+                    seq: 0,
+                    msg,
+                },
+        }] => {
+            assert_eq!(*to, L);
+            assert!(matches!(msg, SessionMsg::FollowerInfo { .. }), "{msg:?}");
+            *session
+        }
+        other => panic!("expected FOLLOWERINFO, got {other:?}"),
+    };
+    (p, session)
+}
+
+struct Stream {
+    session: SessionId,
+    seq: u64,
+}
+
+impl Stream {
+    fn msg(&mut self, msg: SessionMsg) -> Input {
+        let seq = self.seq;
+        self.seq += 1;
+        Input::Message {
+            from: L,
+            msg: Message::Session {
+                session: self.session,
+                seq,
+                msg,
+            },
+        }
+    }
+}
+
+fn to_leader(session: SessionId, seq: u64, msg: SessionMsg) -> Output {
+    Output::Send {
+        to: L,
+        msg: Message::Session { session, seq, msg },
+    }
+}
+
+fn storage(op: u64, cmd: StorageCmd) -> Output {
+    Output::Storage { op: OpId(op), cmd }
+}
+
+/// Brings a follower with `log` through LEADERINFO(epoch) and ACKEPOCH.
+fn synced_up_to_ackepoch(log: Vec<Entry>, epoch: u32) -> (Peer, Stream) {
+    let (mut p, session) = follower(cfg(1), recovered(log, 1, 1));
+    let mut s = Stream { session, seq: 0 };
+    let out = p.step(
+        Tick(2),
+        s.msg(SessionMsg::LeaderInfo {
+            epoch: Epoch(epoch),
+            established: false,
+        }),
+    );
+    assert!(matches!(
+        out.as_slice(),
+        [Output::Storage {
+            cmd: StorageCmd::SaveEpochs(_),
+            ..
+        }]
+    ));
+    let Output::Storage { op, .. } = out[0] else {
+        unreachable!()
+    };
+    p.step(Tick(3), Input::StorageDone { op });
+    (p, s)
+}
+
+#[test]
+fn ackepoch_waits_for_accepted_epoch_to_be_durable() {
+    let (mut p, session) = follower(cfg(1), recovered(vec![entry(1, 1)], 1, 1));
+    let mut s = Stream { session, seq: 0 };
+    let out = p.step(
+        Tick(2),
+        s.msg(SessionMsg::LeaderInfo {
+            epoch: Epoch(2),
+            established: false,
+        }),
+    );
+    // §1.3: acceptedEpoch is persisted first; nothing is sent yet.
+    assert_eq!(
+        out,
+        vec![storage(
+            1,
+            StorageCmd::SaveEpochs(Epochs {
+                accepted: Epoch(2),
+                accepted_from: Some(L),
+                current: Epoch(1),
+            })
+        )]
+    );
+    let out = p.step(Tick(3), Input::StorageDone { op: OpId(1) });
+    assert_eq!(
+        out,
+        vec![to_leader(
+            session,
+            1,
+            SessionMsg::AckEpoch {
+                current_epoch: Epoch(1),
+                last_zxid: z(1, 1),
+                epoch_ends: vec![z(1, 1), Zxid::ZERO],
+            }
+        )]
+    );
+}
+
+#[test]
+fn newleader_ack_only_after_log_and_current_epoch_are_durable() {
+    let (mut p, mut s) = synced_up_to_ackepoch(vec![entry(1, 1)], 2);
+    let session = s.session;
+    let out = p.step(
+        Tick(4),
+        s.msg(SessionMsg::Diff {
+            leader_last: z(1, 2),
+        }),
+    );
+    assert_eq!(
+        out,
+        vec![storage(
+            2,
+            StorageCmd::BeginSync {
+                mode: SyncMode::Diff,
+                target: z(1, 2)
+            }
+        )]
+    );
+    let out = p.step(
+        Tick(4),
+        s.msg(SessionMsg::Proposal {
+            entries: vec![entry(1, 2)],
+        }),
+    );
+    assert_eq!(
+        out,
+        vec![],
+        "proposals during sync are held until NEWLEADER"
+    );
+    let out = p.step(Tick(5), s.msg(SessionMsg::NewLeader { epoch: Epoch(2) }));
+    // ZOOKEEPER-3911/4643/4646/4785: the log first, then currentEpoch, then the
+    // marker is cleared; the ACK waits for all three.
+    assert_eq!(
+        out,
+        vec![
+            storage(3, StorageCmd::Append(vec![entry(1, 2)])),
+            storage(
+                4,
+                StorageCmd::SaveEpochs(Epochs {
+                    accepted: Epoch(2),
+                    accepted_from: Some(L),
+                    current: Epoch(2),
+                })
+            ),
+            storage(5, StorageCmd::EndSync),
+        ]
+    );
+    assert_eq!(p.step(Tick(6), Input::StorageDone { op: OpId(4) }), vec![]);
+    let out = p.step(Tick(6), Input::StorageDone { op: OpId(5) });
+    // ZOOKEEPER-4685: the NEWLEADER ACK precedes every proposal ACK.
+    assert_eq!(
+        out,
+        vec![
+            to_leader(session, 2, SessionMsg::AckNewLeader { epoch: Epoch(2) }),
+            to_leader(session, 3, SessionMsg::Ack { upto: z(1, 2) }),
+        ]
+    );
+    let out = p.step(Tick(7), s.msg(SessionMsg::UpToDate { committed: z(1, 2) }));
+    assert_eq!(
+        out,
+        vec![
+            Output::RoleChanged {
+                role: Role::Follower,
+                leader: Some(L),
+                epoch: Epoch(2),
+            },
+            Output::Apply(vec![entry(1, 1), entry(1, 2)]),
+        ]
+    );
+}
+
+/// ZOOKEEPER-5094: a follower interrupted during a TRUNC sync must advertise only
+/// its durable log next time, never the proposals it held in memory.
+#[test]
+fn interrupted_trunc_sync_discards_memory_state() {
+    let advertised = |bug: bool| {
+        let mut c = cfg(1);
+        c.test_bugs.keep_memory_after_interrupted_trunc = bug;
+        let log = vec![entry(1, 1), entry(1, 2)];
+        let (mut p, session) = follower(c, recovered(log, 1, 1));
+        let mut s = Stream { session, seq: 0 };
+        let out = p.step(
+            Tick(2),
+            s.msg(SessionMsg::LeaderInfo {
+                epoch: Epoch(2),
+                established: false,
+            }),
+        );
+        let Output::Storage { op, .. } = out[0] else {
+            unreachable!()
+        };
+        p.step(Tick(3), Input::StorageDone { op });
+        // TRUNC to Z1, then a replacement of epoch 2 that never becomes durable.
+        let out = p.step(Tick(4), s.msg(SessionMsg::Trunc { to: z(1, 1) }));
+        assert_eq!(
+            out,
+            vec![
+                storage(
+                    2,
+                    StorageCmd::BeginSync {
+                        mode: SyncMode::Trunc,
+                        target: z(1, 1)
+                    }
+                ),
+                storage(3, StorageCmd::TruncateAfter(z(1, 1))),
+            ]
+        );
+        p.step(Tick(4), Input::StorageDone { op: OpId(3) });
+        p.step(
+            Tick(5),
+            s.msg(SessionMsg::Proposal {
+                entries: vec![entry(2, 1)],
+            }),
+        );
+        // The connection fails before NEWLEADER: the leader ends the session.
+        let out = p.step(
+            Tick(6),
+            s.msg(SessionMsg::Reject {
+                reason: RejectReason::NotLeading,
+            }),
+        );
+        out.iter()
+            .find_map(|o| match o {
+                Output::Send {
+                    msg: Message::Notification(n),
+                    ..
+                } => Some(n.vote.zxid),
+                _ => None,
+            })
+            .expect("a new election starts with a vote")
+    };
+    assert_eq!(
+        advertised(false),
+        z(1, 1),
+        "the vote comes from the durable log only"
+    );
+    // The same test with the bug switch on advertises the memory state: this is
+    // the check that the test pins the bug (STYLE rule 9).
+    assert_eq!(advertised(true), z(2, 1));
+}
+
+#[test]
+fn trunc_below_the_commit_point_is_refused() {
+    let log = vec![entry(1, 1), entry(1, 2)];
+    let mut rec = recovered(log, 1, 1);
+    rec.snapshot = Some((z(1, 1), Bytes::new()));
+    let (mut p, session) = follower(cfg(1), rec);
+    let mut s = Stream { session, seq: 0 };
+    let out = p.step(
+        Tick(2),
+        s.msg(SessionMsg::LeaderInfo {
+            epoch: Epoch(2),
+            established: false,
+        }),
+    );
+    let Output::Storage { op, .. } = out[0] else {
+        unreachable!()
+    };
+    p.step(Tick(3), Input::StorageDone { op });
+    let out = p.step(Tick(4), s.msg(SessionMsg::Trunc { to: Zxid::ZERO }));
+    assert!(
+        !out.iter().any(|o| matches!(
+            o,
+            Output::Storage {
+                cmd: StorageCmd::TruncateAfter(_),
+                ..
+            }
+        )),
+        "a committed (snapshotted) txn is never truncated: {out:?}"
+    );
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Output::RoleChanged {
+            role: Role::Looking,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn a_sequence_gap_ends_the_session() {
+    let (mut p, mut s) = synced_up_to_ackepoch(vec![], 2);
+    s.seq += 1; // one message lost
+    let out = p.step(
+        Tick(4),
+        s.msg(SessionMsg::Diff {
+            leader_last: Zxid::ZERO,
+        }),
+    );
+    assert!(
+        !out.iter().any(|o| matches!(o, Output::Storage { .. })),
+        "nothing is applied from a broken stream: {out:?}"
+    );
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Output::RoleChanged {
+            role: Role::Looking,
+            ..
+        }
+    )));
+}
+
+/// I3 / §6.2: R is fenced (acceptedEpoch) before it is acknowledged, and the
+/// next epoch's proposals are not written before R commits.
+#[test]
+fn rollover_fences_then_blocks_the_next_epoch() {
+    let mut c = cfg(1);
+    c.counter_limit = CounterLimit::new(2);
+    let (mut p, session) = follower(c, recovered(vec![], 1, 1));
+    let mut s = Stream { session, seq: 0 };
+    let out = p.step(
+        Tick(2),
+        s.msg(SessionMsg::LeaderInfo {
+            epoch: Epoch(1),
+            established: true,
+        }),
+    );
+    assert_eq!(
+        out,
+        vec![to_leader(
+            session,
+            1,
+            SessionMsg::AckEpoch {
+                current_epoch: Epoch(1),
+                last_zxid: Zxid::ZERO,
+                epoch_ends: vec![Zxid::ZERO],
+            }
+        )]
+    );
+    p.step(
+        Tick(3),
+        s.msg(SessionMsg::Diff {
+            leader_last: Zxid::ZERO,
+        }),
+    );
+    p.step(Tick(3), s.msg(SessionMsg::NewLeader { epoch: Epoch(1) }));
+    let out = p.step(Tick(4), Input::StorageDone { op: OpId(3) });
+    assert_eq!(
+        out,
+        vec![to_leader(
+            session,
+            2,
+            SessionMsg::AckNewLeader { epoch: Epoch(1) }
+        )]
+    );
+    p.step(
+        Tick(4),
+        s.msg(SessionMsg::UpToDate {
+            committed: Zxid::ZERO,
+        }),
+    );
+    // R = (1, 2) arrives with the first proposal of epoch 2.
+    let out = p.step(
+        Tick(5),
+        s.msg(SessionMsg::Proposal {
+            entries: vec![entry(1, 1), entry(1, 2), entry(2, 1)],
+        }),
+    );
+    let fence = Epochs {
+        accepted: Epoch(2),
+        accepted_from: Some(L),
+        current: Epoch(1),
+    };
+    assert_eq!(
+        out,
+        vec![
+            storage(4, StorageCmd::Append(vec![entry(1, 1), entry(1, 2)])),
+            storage(5, StorageCmd::SaveEpochs(fence)),
+        ],
+        "R ends its append, the fence follows, (2,1) is held"
+    );
+    let out = p.step(Tick(6), Input::StorageDone { op: OpId(4) });
+    assert_eq!(
+        out,
+        vec![to_leader(session, 3, SessionMsg::Ack { upto: z(1, 1) })],
+        "R is not acked before its fence"
+    );
+    let out = p.step(Tick(6), Input::StorageDone { op: OpId(5) });
+    assert_eq!(
+        out,
+        vec![to_leader(session, 4, SessionMsg::Ack { upto: z(1, 2) })]
+    );
+    let out = p.step(Tick(7), s.msg(SessionMsg::Commit { upto: z(1, 2) }));
+    assert_eq!(
+        out,
+        vec![
+            storage(
+                6,
+                StorageCmd::SaveEpochs(Epochs {
+                    current: Epoch(2),
+                    ..fence
+                })
+            ),
+            storage(7, StorageCmd::Append(vec![entry(2, 1)])),
+            Output::Apply(vec![entry(1, 1), entry(1, 2)]),
+        ],
+        "once R commits: currentEpoch, then the held proposal"
+    );
+}
+
+/// A single-voter ensemble leads itself, commits on its own durable write, and
+/// rolls over to the next epoch without an election.
+#[test]
+fn single_voter_commits_and_rolls_over() {
+    let mut c = Config::new(PeerId(1), [PeerId(1)]);
+    c.finalize_wait = 0;
+    c.counter_limit = CounterLimit::new(2);
+    let (mut p, mut out) = Peer::new(c, Recovered::default(), Tick(0)).expect("starts");
+    let mut t = 1;
+    let drain = |p: &mut Peer, out: Vec<Output>, t: &mut u64| -> Vec<Output> {
+        let mut all = Vec::new();
+        let mut pending = out;
+        loop {
+            let last = pending.iter().rev().find_map(|o| match o {
+                Output::Storage { op, .. } => Some(*op),
+                _ => None,
+            });
+            all.extend(pending);
+            let Some(op) = last else { break };
+            *t += 1;
+            pending = p.step(Tick(*t), Input::StorageDone { op });
+        }
+        all
+    };
+    out = drain(&mut p, out, &mut t);
+    assert_eq!(p.role(), Role::Leader, "{out:?}");
+    let out = p.step(
+        Tick(t),
+        Input::Propose(vec![
+            (1, Bytes::from_static(b"a")),
+            (2, Bytes::from_static(b"b")),
+            (3, Bytes::from_static(b"c")),
+        ]),
+    );
+    let proposed: Vec<Zxid> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Proposed { zxid, .. } => Some(*zxid),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        proposed,
+        vec![z(1, 1), z(1, 2), z(2, 1)],
+        "counter 1 after the rollover"
+    );
+    let all = drain(&mut p, out, &mut t);
+    let applied: Vec<Zxid> = all
+        .iter()
+        .flat_map(|o| match o {
+            Output::Apply(es) => es.iter().map(|e| e.zxid).collect(),
+            _ => vec![],
+        })
+        .collect();
+    assert_eq!(applied, vec![z(1, 1), z(1, 2), z(2, 1)]);
+    assert!(all.contains(&Output::RoleChanged {
+        role: Role::Leader,
+        leader: Some(PeerId(1)),
+        epoch: Epoch(2),
+    }));
+    assert_eq!(p.durable_epochs().current, Epoch(2));
+}
+
+#[test]
+fn proposals_on_a_non_leader_fail_at_once() {
+    let (mut p, _) = Peer::new(cfg(1), Recovered::default(), Tick(0)).expect("starts");
+    let out = p.step(Tick(1), Input::Propose(vec![(9, Bytes::from_static(b"x"))]));
+    assert_eq!(
+        out,
+        vec![Output::ProposeFailed {
+            id: 9,
+            error: ReplicateError::NotLeader { leader: None },
+        }]
+    );
+}
+
+#[test]
+fn recovery_refuses_a_log_with_a_gap() {
+    let rec = recovered(vec![entry(1, 1), entry(1, 3)], 1, 1);
+    let err = Peer::new(cfg(1), rec, Tick(0)).err().expect("refused");
+    assert_eq!(
+        err,
+        CoreError::RecoveredLogGap {
+            prev: z(1, 1),
+            next: z(1, 3)
+        }
+    );
+}

@@ -1,0 +1,473 @@
+//! The tokio driver: runs a [`Peer`] with real storage and a transport, and
+//! implements [`Replicator`] for the server.
+//!
+//! One task owns the peer and carries out its outputs in order: messages go to
+//! the [`Transport`], storage commands to a dedicated storage thread (which
+//! executes whatever is waiting and fsyncs once: group commit), committed
+//! transactions to the commit stream. Time is the driver's: one tick is one
+//! millisecond since start.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rzk_zxid::Zxid;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::core::{Config, Input, OpId, Output, Peer, StorageCmd, Tick};
+use crate::storage::{Storage, StorageError};
+use crate::transport::{Inbox, Transport};
+use crate::{
+    CommitStream, Committed, PeerId, Proposal, ReplicateError, Replicator, Role, SyncBarrier,
+};
+
+/// Driver settings.
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    /// The core's configuration.
+    pub core: Config,
+    /// How often the core gets a [`Input::Tick`].
+    pub tick_interval: Duration,
+    /// Most proposals handed to the core in one step (one batch, one append).
+    pub propose_batch_max: usize,
+    /// Proposals accepted but not yet resolved; beyond it `propose` fails at
+    /// once with [`ReplicateError::Overloaded`].
+    pub proposals_in_flight_max: usize,
+}
+
+impl DriverConfig {
+    /// Defaults around a core configuration.
+    pub fn new(core: Config) -> DriverConfig {
+        DriverConfig {
+            core,
+            tick_interval: Duration::from_millis(5),
+            propose_batch_max: 1024,
+            proposals_in_flight_max: 100_000,
+        }
+    }
+}
+
+type Reply = oneshot::Sender<Result<Zxid, ReplicateError>>;
+
+enum Cmd {
+    Propose(Bytes, Reply),
+    Sync(Reply),
+    Snapshot(Zxid, Bytes, Reply),
+}
+
+enum StoreReq {
+    Cmd(OpId, StorageCmd),
+    Snapshot(Zxid, Bytes, Reply),
+}
+
+enum Done {
+    Ops(OpId),
+    Snapshot(Zxid, Bytes, Reply),
+    Failed(StorageError),
+}
+
+/// What a running peer reports about itself (for operators and tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerStats {
+    /// The last durable zxid.
+    pub last_durable: Zxid,
+    /// The last zxid handed to the commit stream.
+    pub applied: Zxid,
+    /// Learner synchronisations started: DIFF, TRUNC, SNAP.
+    pub syncs: [u64; 3],
+}
+
+struct Shared {
+    stats: Mutex<PeerStats>,
+    role: Mutex<(Role, Option<PeerId>)>,
+    commits: Mutex<Option<CommitStream>>,
+    /// Proposals accepted by `propose` and not yet resolved.
+    in_flight: AtomicUsize,
+    in_flight_max: usize,
+}
+
+/// A ZAB replica: a [`Peer`] driven on tokio. Implements [`Replicator`].
+pub struct ZabReplicator {
+    id: PeerId,
+    cmds: mpsc::UnboundedSender<Cmd>,
+    shared: Arc<Shared>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl ZabReplicator {
+    /// Recovers from `storage` and starts the peer. The commit stream begins
+    /// with the durable snapshot; the log after it is delivered as soon as it is
+    /// known committed (I2: an uncommitted tail may still be truncated).
+    pub async fn start<S: Storage, T: Transport>(
+        cfg: DriverConfig,
+        mut storage: S,
+        transport: T,
+        inbox: Inbox,
+    ) -> Result<ZabReplicator, ReplicateError> {
+        let (storage, recovered) = tokio::task::spawn_blocking(move || {
+            let r = storage.recover();
+            (storage, r)
+        })
+        .await
+        .map_err(|e| ReplicateError::Storage(e.to_string()))?;
+        let recovered = recovered.map_err(|e| ReplicateError::Storage(e.to_string()))?;
+        let id = cfg.core.id;
+        let clock = Instant::now();
+        let (peer, first) = Peer::new(cfg.core.clone(), recovered, Tick(0))
+            .map_err(|e| ReplicateError::Storage(e.to_string()))?;
+        let (store_tx, done_rx) = spawn_storage(storage);
+        let (commit_tx, commit_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            stats: Mutex::new(PeerStats::default()),
+            role: Mutex::new((Role::Looking, None)),
+            commits: Mutex::new(Some(CommitStream::unbounded(commit_rx))),
+            in_flight: AtomicUsize::new(0),
+            in_flight_max: cfg.propose_batch_max.max(cfg.proposals_in_flight_max),
+        });
+        let (cmds, cmd_rx) = mpsc::unbounded_channel();
+        let mut d = Driver {
+            peer,
+            clock,
+            transport,
+            store_tx,
+            commit_tx,
+            shared: shared.clone(),
+            waiting: BTreeMap::new(),
+            by_zxid: BTreeMap::new(),
+            syncs: BTreeMap::new(),
+            next_id: 1,
+            batch_max: cfg.propose_batch_max.max(1),
+            serving: false,
+            last_delivered: Zxid::ZERO,
+        };
+        d.carry_out(first);
+        let task = tokio::spawn(d.run(cmd_rx, inbox, done_rx, cfg.tick_interval));
+        Ok(ZabReplicator {
+            id,
+            cmds,
+            shared,
+            task: Mutex::new(Some(task)),
+        })
+    }
+
+    /// The peer's current statistics.
+    pub fn stats(&self) -> PeerStats {
+        *self.shared.stats.lock().expect("not poisoned")
+    }
+
+    /// Stops the peer (as a crash would: nothing is flushed specially). Pending
+    /// proposals fail with [`ReplicateError::Shutdown`].
+    pub fn shutdown(&self) {
+        if let Some(t) = self.task.lock().expect("not poisoned").take() {
+            t.abort();
+        }
+    }
+
+    fn request(&self, make: impl FnOnce(Reply) -> Cmd) -> Proposal {
+        let (tx, rx) = oneshot::channel();
+        if self.cmds.send(make(tx)).is_err() {
+            return Proposal::failed(ReplicateError::Shutdown);
+        }
+        Proposal::new(rx)
+    }
+}
+
+impl Drop for ZabReplicator {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl Replicator for ZabReplicator {
+    fn propose(&self, txn: Bytes) -> Proposal {
+        let max = self.shared.in_flight_max;
+        if self.shared.in_flight.fetch_add(1, Ordering::AcqRel) >= max {
+            self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Proposal::failed(ReplicateError::Overloaded { in_flight_max: max });
+        }
+        self.request(|r| Cmd::Propose(txn, r))
+    }
+
+    fn take_commits(&self) -> Option<CommitStream> {
+        self.shared.commits.lock().expect("not poisoned").take()
+    }
+
+    fn sync(&self) -> SyncBarrier {
+        self.request(Cmd::Sync)
+    }
+
+    fn save_snapshot(&self, zxid: Zxid, data: Bytes) -> Proposal {
+        self.request(|r| Cmd::Snapshot(zxid, data, r))
+    }
+
+    fn role(&self) -> Role {
+        self.shared.role.lock().expect("not poisoned").0
+    }
+
+    fn leader(&self) -> Option<PeerId> {
+        self.shared.role.lock().expect("not poisoned").1
+    }
+
+    fn id(&self) -> PeerId {
+        self.id
+    }
+}
+
+/// Runs storage commands on their own thread: everything waiting is executed,
+/// then one sync (group commit), then one completion for the batch.
+fn spawn_storage<S: Storage>(
+    mut storage: S,
+) -> (std_mpsc::Sender<StoreReq>, mpsc::UnboundedReceiver<Done>) {
+    let (tx, rx) = std_mpsc::channel::<StoreReq>();
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("rzk-quorum-storage".into())
+        .spawn(move || {
+            let flush = |storage: &mut S, last: &mut Option<OpId>| -> Result<(), StorageError> {
+                if let Some(op) = last.take() {
+                    storage.sync()?;
+                    let _ = done_tx.send(Done::Ops(op));
+                }
+                Ok(())
+            };
+            while let Ok(first) = rx.recv() {
+                let mut batch = vec![first];
+                while let Ok(more) = rx.try_recv() {
+                    batch.push(more);
+                }
+                let mut last = None;
+                let mut result = Ok(());
+                for req in batch {
+                    result = match req {
+                        StoreReq::Cmd(op, cmd) => storage.execute(cmd).map(|()| last = Some(op)),
+                        StoreReq::Snapshot(zxid, data, reply) => flush(&mut storage, &mut last)
+                            .and_then(|()| storage.save_snapshot(zxid, data.clone()))
+                            .map(|()| {
+                                let _ = done_tx.send(Done::Snapshot(zxid, data, reply));
+                            }),
+                    };
+                    if result.is_err() {
+                        break;
+                    }
+                }
+                if let Err(e) = result.and_then(|()| flush(&mut storage, &mut last)) {
+                    let _ = done_tx.send(Done::Failed(e));
+                    return;
+                }
+            }
+        })
+        .expect("spawn the storage thread");
+    (tx, done_rx)
+}
+
+struct Driver<T: Transport> {
+    peer: Peer,
+    clock: Instant,
+    transport: T,
+    store_tx: std_mpsc::Sender<StoreReq>,
+    commit_tx: mpsc::UnboundedSender<Committed>,
+    shared: Arc<Shared>,
+    /// Proposals handed to the core, by request id, until they get a zxid.
+    waiting: BTreeMap<u64, Reply>,
+    /// Proposals with a zxid, until applied (committed) or the leader steps down.
+    by_zxid: BTreeMap<Zxid, Reply>,
+    syncs: BTreeMap<u64, Reply>,
+    next_id: u64,
+    batch_max: usize,
+    /// Whether the state machine has been told it is current (UpToDate) since
+    /// this peer last became a serving leader or follower.
+    serving: bool,
+    last_delivered: Zxid,
+}
+
+impl<T: Transport> Driver<T> {
+    fn now(&self) -> Tick {
+        Tick(self.clock.elapsed().as_millis() as u64)
+    }
+
+    async fn run(
+        mut self,
+        mut cmds: mpsc::UnboundedReceiver<Cmd>,
+        mut inbox: Inbox,
+        mut done: mpsc::UnboundedReceiver<Done>,
+        tick: Duration,
+    ) {
+        let mut ticker = tokio::time::interval(tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                d = done.recv() => match d {
+                    Some(Done::Ops(op)) => self.step(Input::StorageDone { op }),
+                    Some(Done::Snapshot(zxid, data, reply)) => {
+                        self.step(Input::SnapshotSaved { zxid, data });
+                        let _ = reply.send(Ok(zxid));
+                    }
+                    Some(Done::Failed(e)) => {
+                        self.fail_all(ReplicateError::Storage(e.0));
+                        return;
+                    }
+                    None => {
+                        self.fail_all(ReplicateError::Storage("the storage thread ended".into()));
+                        return;
+                    }
+                },
+                m = inbox.recv() => {
+                    let Some((from, msg)) = m else { return };
+                    self.step(Input::Message { from, msg });
+                    for _ in 0..256 {
+                        let Ok((from, msg)) = inbox.try_recv() else { break };
+                        self.step(Input::Message { from, msg });
+                    }
+                }
+                c = cmds.recv() => {
+                    let Some(c) = c else { return };
+                    self.on_cmds(c, &mut cmds);
+                }
+                _ = ticker.tick() => self.step(Input::Tick),
+            }
+        }
+    }
+
+    fn on_cmds(&mut self, first: Cmd, cmds: &mut mpsc::UnboundedReceiver<Cmd>) {
+        let mut batch = Vec::new();
+        let mut next = Some(first);
+        while let Some(c) = next.take() {
+            match c {
+                Cmd::Propose(txn, reply) => {
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    self.waiting.insert(id, reply);
+                    batch.push((id, txn));
+                }
+                Cmd::Sync(reply) => {
+                    self.flush_proposals(&mut batch);
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    self.syncs.insert(id, reply);
+                    self.step(Input::Sync { id });
+                }
+                Cmd::Snapshot(zxid, data, reply) => {
+                    self.flush_proposals(&mut batch);
+                    let _ = self.store_tx.send(StoreReq::Snapshot(zxid, data, reply));
+                }
+            }
+            if batch.len() < self.batch_max {
+                next = cmds.try_recv().ok();
+            }
+        }
+        self.flush_proposals(&mut batch);
+    }
+
+    fn flush_proposals(&mut self, batch: &mut Vec<(u64, Bytes)>) {
+        if !batch.is_empty() {
+            self.step(Input::Propose(std::mem::take(batch)));
+        }
+    }
+
+    fn step(&mut self, input: Input) {
+        let now = self.now();
+        let out = self.peer.step(now, input);
+        self.carry_out(out);
+        *self.shared.stats.lock().expect("not poisoned") = PeerStats {
+            last_durable: self.peer.last_durable_zxid(),
+            applied: self.peer.applied(),
+            syncs: self.peer.sync_counts(),
+        };
+    }
+
+    fn resolve(&self, reply: Reply, result: Result<Zxid, ReplicateError>) {
+        self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let _ = reply.send(result);
+    }
+
+    fn carry_out(&mut self, out: Vec<Output>) {
+        let mut became_serving = false;
+        for o in out {
+            match o {
+                Output::Send { to, msg } => self.transport.send(to, msg),
+                Output::Storage { op, cmd } => {
+                    let _ = self.store_tx.send(StoreReq::Cmd(op, cmd));
+                }
+                Output::ApplySnapshot { zxid, data } => {
+                    self.last_delivered = zxid;
+                    let _ = self.commit_tx.send(Committed::Snapshot { zxid, data });
+                }
+                Output::Apply(entries) => {
+                    for e in entries {
+                        if let Some(reply) = self.by_zxid.remove(&e.zxid) {
+                            self.resolve(reply, Ok(e.zxid));
+                        }
+                        self.last_delivered = e.zxid;
+                        let _ = self.commit_tx.send(Committed::Txn {
+                            zxid: e.zxid,
+                            payload: e.payload,
+                        });
+                    }
+                }
+                Output::Proposed { id, zxid } => {
+                    if let Some(reply) = self.waiting.remove(&id) {
+                        self.by_zxid.insert(zxid, reply);
+                    }
+                }
+                Output::ProposeFailed { id, error } => {
+                    if let Some(reply) = self.waiting.remove(&id) {
+                        self.resolve(reply, Err(error));
+                    }
+                }
+                Output::SyncDone { id, zxid } => {
+                    if let Some(reply) = self.syncs.remove(&id) {
+                        let _ = reply.send(Ok(zxid));
+                    }
+                }
+                Output::SyncFailed { id, error } => {
+                    if let Some(reply) = self.syncs.remove(&id) {
+                        let _ = reply.send(Err(error));
+                    }
+                }
+                Output::RoleChanged { role, leader, .. } => {
+                    *self.shared.role.lock().expect("not poisoned") = (role, leader);
+                    match role {
+                        Role::Looking => {
+                            self.serving = false;
+                            // The proposals may still commit under the next leader;
+                            // the caller cannot tell (LostQuorum says so).
+                            for (_, reply) in std::mem::take(&mut self.by_zxid) {
+                                self.resolve(reply, Err(ReplicateError::LostQuorum));
+                            }
+                        }
+                        Role::Leader | Role::Follower | Role::Observer => {
+                            became_serving |= !self.serving;
+                        }
+                    }
+                }
+            }
+        }
+        if became_serving {
+            // Everything known committed is in the stream (the core applies the
+            // initial history, or the learner's synced history, in the same step):
+            // the state machine is current and may serve.
+            self.serving = true;
+            let _ = self.commit_tx.send(Committed::UpToDate {
+                zxid: self.last_delivered,
+            });
+        }
+    }
+
+    fn fail_all(&mut self, e: ReplicateError) {
+        for (_, r) in std::mem::take(&mut self.waiting) {
+            self.resolve(r, Err(e.clone()));
+        }
+        for (_, r) in std::mem::take(&mut self.by_zxid) {
+            self.resolve(r, Err(e.clone()));
+        }
+        for (_, r) in std::mem::take(&mut self.syncs) {
+            let _ = r.send(Err(e.clone()));
+        }
+        *self.shared.role.lock().expect("not poisoned") = (Role::Looking, None);
+    }
+}

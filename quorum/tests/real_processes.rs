@@ -1,0 +1,344 @@
+//! Three real processes running `examples/replicated_log.rs` (ZAB over gRPC on
+//! loopback, durable on `rzk-wal` with fsync on): kill -9 the leader, a new one is
+//! elected and holds every acknowledged entry; the killed peer rejoins by DIFF,
+//! a peer with an uncommitted tail is cut back by TRUNC, and a peer that missed a
+//! purged range is synchronised by SNAP.
+//!
+//! The processes are this test binary re-executed with an ignored entry point
+//! (`node_process_entry`) that runs the example's node code, so the test needs
+//! no separately built binary.
+
+#[path = "../examples/replicated_log.rs"]
+#[allow(dead_code)]
+mod replicated_log;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ENV: &str = "RZK_REPLICATED_LOG_NODE";
+
+#[test]
+#[ignore = "entry point of the node processes that the other tests start"]
+fn node_process_entry() {
+    let args = std::env::var(ENV).expect("started by a real-process test");
+    let args: Vec<String> = args.split('\u{1f}').map(String::from).collect();
+    let opts = replicated_log::parse_args(&args).expect("node arguments");
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(replicated_log::run_node(opts))
+        .expect("node runs");
+}
+
+struct Node {
+    id: u64,
+    client: SocketAddr,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn start(&mut self) {
+        assert!(self.child.is_none());
+        let exe = std::env::current_exe().unwrap();
+        let mut child = Command::new(exe)
+            .args([
+                "node_process_entry",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ENV, self.args.join("\u{1f}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn a node");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if line.contains("READY") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("node ready");
+        self.child = Some(child);
+    }
+
+    /// kill -9, and reap it.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().expect("SIGKILL");
+            c.wait().expect("reaped");
+        }
+    }
+
+    fn request(&self, line: &str) -> Vec<String> {
+        let mut s =
+            TcpStream::connect_timeout(&self.client, Duration::from_secs(5)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.write_all(format!("{line}\n").as_bytes()).unwrap();
+        let mut r = BufReader::new(s);
+        let mut out = Vec::new();
+        loop {
+            let mut l = String::new();
+            if r.read_line(&mut l).unwrap_or(0) == 0 {
+                break;
+            }
+            let l = l.trim_end().to_string();
+            let done = !line.starts_with("GET") || l == "END";
+            out.push(l);
+            if done {
+                break;
+            }
+        }
+        out
+    }
+
+    fn role(&self) -> (String, u64) {
+        let r = self.request("ROLE");
+        let parts: Vec<&str> = r[0].split(' ').collect();
+        (parts[1].to_string(), parts[2].parse().unwrap())
+    }
+
+    fn log(&self) -> Vec<String> {
+        let r = self.request("GET");
+        r[1..r.len() - 1].to_vec()
+    }
+
+    fn stat(&self, key: &str) -> String {
+        let r = self.request("STATS");
+        r[0].split(' ')
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")).map(String::from))
+            .unwrap()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn cluster(dirs: &[PathBuf]) -> Vec<Node> {
+    let quorum: Vec<SocketAddr> = (0..3).map(|_| free_port()).collect();
+    let peers = quorum
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    (0..3)
+        .map(|i| {
+            let client = free_port();
+            let args = vec![
+                "replicated_log".to_string(),
+                "--id".into(),
+                (i + 1).to_string(),
+                "--peers".into(),
+                peers.clone(),
+                "--client".into(),
+                client.to_string(),
+                "--dir".into(),
+                dirs[i].display().to_string(),
+                "--retain-below-snapshot".into(),
+                "0".into(),
+                "--sync-limit-ms".into(),
+                "1000".into(),
+            ];
+            Node {
+                id: i as u64 + 1,
+                client,
+                args,
+                child: None,
+            }
+        })
+        .collect()
+}
+
+/// The leader, once every live node agrees on it.
+fn leader(nodes: &[Node], live: &[usize]) -> Option<usize> {
+    let roles: Vec<(String, u64)> = live.iter().map(|i| nodes[*i].role()).collect();
+    let l = live.iter().zip(&roles).find(|(_, r)| r.0 == "Leader")?.0;
+    roles.iter().all(|r| r.1 == nodes[*l].id).then_some(*l)
+}
+
+fn wait_leader(nodes: &[Node], live: &[usize]) -> usize {
+    let mut found = None;
+    wait_for("an agreed leader", || {
+        found = leader(nodes, live);
+        found.is_some()
+    });
+    found.unwrap()
+}
+
+fn put(node: &Node, text: &str) -> String {
+    let r = node.request(&format!("PUT {text}"));
+    assert!(r[0].starts_with("OK "), "PUT {text}: {r:?}");
+    r[0][3..].to_string()
+}
+
+fn converge(nodes: &[Node], live: &[usize]) -> Vec<String> {
+    let mut logs = Vec::new();
+    wait_for("the live nodes to converge", || {
+        logs = live.iter().map(|i| nodes[*i].log()).collect::<Vec<_>>();
+        logs.windows(2).all(|w| w[0] == w[1])
+    });
+    logs.remove(0)
+}
+
+#[test]
+fn kill_9_leader_then_rejoin_by_diff_trunc_and_snap() {
+    let tmp: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let dirs: Vec<PathBuf> = tmp.iter().map(|t| t.path().to_path_buf()).collect();
+    let mut nodes = cluster(&dirs);
+    for n in nodes.iter_mut() {
+        n.start();
+    }
+    let all = [0, 1, 2];
+    let l = wait_leader(&nodes, &all);
+    let mut acked: Vec<(String, String)> = Vec::new();
+    for i in 0..30 {
+        let text = format!("a{i}");
+        acked.push((put(&nodes[l], &text), text));
+    }
+
+    // kill -9 the leader: the survivors elect a new one that has every
+    // acknowledged entry.
+    nodes[l].kill();
+    let rest: Vec<usize> = all.iter().copied().filter(|i| *i != l).collect();
+    let l2 = wait_leader(&nodes, &rest);
+    let log = converge(&nodes, &rest);
+    for (z, t) in &acked {
+        assert!(
+            log.contains(&format!("{z} {t}")),
+            "acknowledged {z} {t} survived"
+        );
+    }
+    for i in 0..10 {
+        let text = format!("b{i}");
+        acked.push((put(&nodes[l2], &text), text));
+    }
+
+    // The killed peer restarts and catches up by DIFF.
+    let old = l;
+    let diffs_before = 0;
+    nodes[old].start();
+    let log = converge(&nodes, &all);
+    assert!(nodes[old].stat("diff").parse::<u64>().unwrap() > diffs_before);
+    for (z, t) in &acked {
+        assert!(log.contains(&format!("{z} {t}")));
+    }
+
+    // TRUNC: the leader writes an entry no follower gets, and dies.
+    let l = wait_leader(&nodes, &all);
+    let followers: Vec<usize> = all.iter().copied().filter(|i| *i != l).collect();
+    let last_committed = acked.last().unwrap().0.clone();
+    for f in &followers {
+        nodes[*f].kill();
+    }
+    let client = nodes[l].client;
+    std::thread::spawn(move || {
+        // Never answered: it cannot commit.
+        if let Ok(mut s) = TcpStream::connect(client) {
+            let _ = s.write_all(b"PUT uncommitted\n");
+            std::thread::sleep(Duration::from_secs(30));
+        }
+    });
+    wait_for("the lone leader to write its uncommitted entry", || {
+        nodes[l].stat("durable") != last_committed
+    });
+    nodes[l].kill();
+    for f in &followers {
+        nodes[*f].start();
+    }
+    let l3 = wait_leader(&nodes, &followers);
+    for i in 0..5 {
+        let text = format!("c{i}");
+        acked.push((put(&nodes[l3], &text), text));
+    }
+    nodes[l].start();
+    let log = converge(&nodes, &all);
+    assert!(
+        nodes[l].stat("trunc").parse::<u64>().unwrap() >= 1,
+        "cut back by TRUNC"
+    );
+    assert!(
+        !log.iter().any(|e| e.ends_with(" uncommitted")),
+        "the uncommitted entry is gone"
+    );
+
+    // SNAP: a follower misses a range that the others snapshot and purge.
+    let l = wait_leader(&nodes, &all);
+    let victim = all.iter().copied().find(|i| *i != l).unwrap();
+    let other = all
+        .iter()
+        .copied()
+        .find(|i| *i != l && *i != victim)
+        .unwrap();
+    nodes[victim].kill();
+    for i in 0..20 {
+        let text = format!("d{i}");
+        acked.push((put(&nodes[l], &text), text));
+    }
+    for n in [l, other] {
+        let r = nodes[n].request("SYNC");
+        assert!(r[0].starts_with("OK "), "{r:?}");
+        let r = nodes[n].request("SNAP");
+        assert!(r[0].starts_with("OK "), "{r:?}");
+    }
+    nodes[victim].start();
+    let log = converge(&nodes, &all);
+    assert!(
+        nodes[victim].stat("snap").parse::<u64>().unwrap() >= 1,
+        "synchronised by SNAP"
+    );
+    for (z, t) in &acked {
+        assert!(
+            log.contains(&format!("{z} {t}")),
+            "acknowledged {z} {t} is everywhere"
+        );
+    }
+}
+
+/// The gRPC + fsync benchmark of BENCHMARKS.md (run by hand):
+/// `cargo test -p rzk-quorum --release --test real_processes -- --ignored grpc_fsync_bench --nocapture`
+#[test]
+#[ignore = "benchmark: run by hand, see BENCHMARKS.md"]
+fn grpc_fsync_bench() {
+    let tmp: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let dirs: Vec<PathBuf> = tmp.iter().map(|t| t.path().to_path_buf()).collect();
+    let mut nodes = cluster(&dirs);
+    for n in nodes.iter_mut() {
+        n.start();
+    }
+    let l = wait_leader(&nodes, &[0, 1, 2]);
+    put(&nodes[l], "warm-up");
+    for inflight in [1, 8, 64] {
+        let r = nodes[l].request(&format!("BENCH {inflight} 5000 128"));
+        println!("in flight {inflight}: {}", r[0]);
+    }
+}

@@ -1,0 +1,125 @@
+//! The driver on `rzk-wal`: commits are durable across a restart of every peer.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rzk_quorum::core::Config;
+use rzk_quorum::transport::MemNetwork;
+use rzk_quorum::wal_storage::WalStorage;
+use rzk_quorum::{Committed, DriverConfig, PeerId, Replicator, Role, ZabReplicator};
+use rzk_wal::WalOptions;
+use rzk_zxid::Zxid;
+
+const IDS: [PeerId; 3] = [PeerId(1), PeerId(2), PeerId(3)];
+
+/// A running peer and the zxids its state machine received.
+type Running = (Arc<ZabReplicator>, Arc<Mutex<Vec<Zxid>>>);
+
+async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn start_all(net: &MemNetwork, dirs: &[tempfile::TempDir], boot: u64) -> Vec<Running> {
+    let mut out = Vec::new();
+    for (i, id) in IDS.iter().enumerate() {
+        let mut c = Config::new(*id, IDS);
+        c.finalize_wait = 20;
+        c.notification_interval_min = 20;
+        c.ping_interval = 20;
+        c.sync_limit = 500;
+        c.init_limit = 2_000;
+        c.incarnation = boot;
+        // The previous process's storage thread may still be closing the log.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let storage = loop {
+            match WalStorage::open(dirs[i].path(), WalOptions::default()) {
+                Ok(s) => break s,
+                Err(e) => {
+                    assert!(tokio::time::Instant::now() < deadline, "open: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        let (t, inbox) = net.join(*id);
+        let rep = Arc::new(
+            ZabReplicator::start(DriverConfig::new(c), storage, t, inbox)
+                .await
+                .unwrap(),
+        );
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut s = rep.take_commits().unwrap();
+        let s2 = seen.clone();
+        tokio::spawn(async move {
+            while let Some(c) = s.next().await {
+                match c {
+                    Committed::Txn { zxid, .. } => s2.lock().unwrap().push(zxid),
+                    Committed::Snapshot { zxid, .. } => {
+                        let mut v = s2.lock().unwrap();
+                        v.clear();
+                        if zxid != Zxid::ZERO {
+                            v.push(zxid);
+                        }
+                    }
+                    Committed::UpToDate { .. } => {}
+                }
+            }
+        });
+        out.push((rep, seen));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_survive_a_restart_of_every_peer() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let net = MemNetwork::new();
+    let peers = start_all(&net, &dirs, 1).await;
+    let leader = |ps: &[Running]| ps.iter().position(|(r, _)| r.role() == Role::Leader);
+    wait_for("a leader", || leader(&peers).is_some()).await;
+    let l = leader(&peers).unwrap();
+    let futs: Vec<_> = (0..50)
+        .map(|i| peers[l].0.propose(Bytes::from(format!("x{i}"))))
+        .collect();
+    let mut acked = Vec::new();
+    for f in futs {
+        acked.push(f.await.expect("committed"));
+    }
+    for (r, _) in &peers {
+        r.shutdown();
+    }
+    drop(peers);
+
+    let net = MemNetwork::new();
+    let peers = start_all(&net, &dirs, 2).await;
+    wait_for("a leader after restart", || leader(&peers).is_some()).await;
+    let l = leader(&peers).unwrap();
+    let z = peers[l]
+        .0
+        .propose(Bytes::from_static(b"after"))
+        .await
+        .expect("committed");
+    assert!(
+        z.epoch() > acked[0].epoch(),
+        "a new epoch after the restart"
+    );
+    wait_for("every peer replays the history and the new txn", || {
+        peers
+            .iter()
+            .all(|(_, s)| s.lock().unwrap().last() == Some(&z))
+    })
+    .await;
+    for (_, s) in &peers {
+        let seen = s.lock().unwrap();
+        for a in &acked {
+            assert!(seen.contains(a), "acknowledged {a} survived the restart");
+        }
+    }
+}

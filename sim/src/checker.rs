@@ -1,0 +1,227 @@
+//! The safety checker: ZAB's properties by their specification names
+//! (zab-protocol.md §8), checked as the simulation runs.
+
+use std::collections::BTreeMap;
+
+use rzk_quorum::core::Epochs;
+use rzk_quorum::message::Entry;
+use rzk_quorum::PeerId;
+use rzk_zxid::{Epoch, Zxid};
+
+/// A violated property: its name and what happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The property's name (PrefixConsistency, Integrity, ...).
+    pub property: &'static str,
+    /// What was seen.
+    pub detail: String,
+}
+
+pub(crate) fn violation(property: &'static str, detail: String) -> Violation {
+    Violation { property, detail }
+}
+
+/// Decodes the 8-byte payload id every simulated transaction carries.
+pub(crate) fn payload_id(e: &Entry) -> u64 {
+    let mut b = [0u8; 8];
+    let n = e.payload.len().min(8);
+    b[..n].copy_from_slice(&e.payload[..n]);
+    u64::from_le_bytes(b)
+}
+
+/// The global records the properties are checked against.
+#[derive(Default)]
+pub(crate) struct Checker {
+    /// Every proposal a leader made: zxid → [(payload id, leader)]. A zxid of an
+    /// epoch after an uncommitted rollover proposal may be proposed by two
+    /// leaders (§6.2: the old leader's were never written); uniqueness is
+    /// required of what reaches a disk (`written`).
+    broadcast: BTreeMap<Zxid, Vec<(u64, PeerId)>>,
+    /// Every txn ever written to any disk: zxid → payload id.
+    pub(crate) written: BTreeMap<Zxid, u64>,
+    /// The longest delivered sequence; every peer's delivered sequence must be a
+    /// prefix of it.
+    pub(crate) global: Vec<(Zxid, u64)>,
+    /// Established leader of each epoch.
+    leaders: BTreeMap<Epoch, PeerId>,
+    /// Acknowledged (committed, applied on the proposing leader) transactions.
+    pub(crate) acked: BTreeMap<Zxid, u64>,
+    pub(crate) acked_max: Zxid,
+}
+
+impl Checker {
+    /// A leader proposed `zxid` with payload `id`.
+    pub(crate) fn on_broadcast(
+        &mut self,
+        leader: PeerId,
+        zxid: Zxid,
+        id: u64,
+        leader_delivered: Option<usize>,
+    ) -> Result<(), Violation> {
+        let entry = self.broadcast.entry(zxid).or_default();
+        entry.push((id, leader));
+        // PrimaryIntegrity: every transaction anyone delivered with an epoch below
+        // this proposal's is in the leader's delivered prefix.
+        let Some(leader_delivered) = leader_delivered else {
+            return Ok(());
+        };
+        let below = self
+            .global
+            .partition_point(|(z, _)| z.epoch() < zxid.epoch());
+        if leader_delivered < below {
+            return Err(violation(
+                "PrimaryIntegrity",
+                format!(
+                    "{leader:?} broadcast {zxid} having delivered {leader_delivered} txns, \
+                     but {below} txns of earlier epochs were delivered"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `peer` became the established leader of `epoch`.
+    pub(crate) fn on_established(&mut self, peer: PeerId, epoch: Epoch) -> Result<(), Violation> {
+        match self.leaders.get(&epoch) {
+            Some(p) if *p != peer => Err(violation(
+                "Leadership",
+                format!("epoch {epoch} established by {p:?} and by {peer:?}"),
+            )),
+            _ => {
+                self.leaders.insert(epoch, peer);
+                Ok(())
+            }
+        }
+    }
+
+    /// `peer` delivers `e` as its `index`-th transaction, after `prev`.
+    pub(crate) fn on_deliver(
+        &mut self,
+        peer: PeerId,
+        index: usize,
+        prev: Zxid,
+        zxid: Zxid,
+        id: u64,
+    ) -> Result<(), Violation> {
+        // GlobalPrimaryOrder / TotalOrder: zxids strictly increase in delivery.
+        if zxid <= prev {
+            return Err(violation(
+                "GlobalPrimaryOrder",
+                format!("{peer:?} delivered {zxid} after {prev}"),
+            ));
+        }
+        // LocalPrimaryOrder: within an epoch nothing the primary broadcast in
+        // between is skipped (the counter goes up by one; a new epoch starts at 1).
+        if !zxid.is_next(prev) {
+            return Err(violation(
+                "LocalPrimaryOrder",
+                format!("{peer:?} delivered {zxid} right after {prev}: a gap"),
+            ));
+        }
+        // Integrity: delivered only what some primary broadcast.
+        match self.broadcast.get(&zxid) {
+            Some(b) if b.iter().any(|(x, _)| *x == id) => {}
+            other => {
+                return Err(violation(
+                    "Integrity",
+                    format!("{peer:?} delivered {zxid}={id}, broadcast was {other:?}"),
+                ))
+            }
+        }
+        // PrefixConsistency / Agreement: every delivered sequence is a prefix of
+        // one global sequence.
+        if index < self.global.len() {
+            let (gz, gid) = self.global[index];
+            if (gz, gid) != (zxid, id) {
+                return Err(violation(
+                    "PrefixConsistency",
+                    format!(
+                        "{peer:?} delivered {zxid}={id} at position {index}, others delivered {gz}={gid}"
+                    ),
+                ));
+            }
+        } else if index == self.global.len() {
+            self.global.push((zxid, id));
+        } else {
+            return Err(violation(
+                "Agreement",
+                format!(
+                    "{peer:?} delivered position {index} beyond {}",
+                    self.global.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A peer installed a state that is the delivered sequence `seq`.
+    pub(crate) fn on_snapshot(&self, peer: PeerId, seq: &[(Zxid, u64)]) -> Result<(), Violation> {
+        if seq.len() > self.global.len() || self.global[..seq.len()] != *seq {
+            return Err(violation(
+                "PrefixConsistency",
+                format!(
+                    "{peer:?} installed a snapshot of {} txns (last {:?}) that is not a prefix of the delivered history",
+                    seq.len(),
+                    seq.last()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A txn reaches a disk: no two different txns with one zxid, anywhere.
+    pub(crate) fn on_write(&mut self, peer: PeerId, zxid: Zxid, id: u64) -> Result<(), Violation> {
+        match self.written.get(&zxid) {
+            Some(old) if *old != id => Err(violation(
+                "ZxidUniqueness",
+                format!("{peer:?} wrote {zxid}={id}, another disk holds {zxid}={old}"),
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.written.insert(zxid, id);
+                Ok(())
+            }
+        }
+    }
+
+    /// A leader acknowledged `zxid` to its client.
+    pub(crate) fn on_ack(&mut self, zxid: Zxid, id: u64) {
+        self.acked.insert(zxid, id);
+        self.acked_max = self.acked_max.max(zxid);
+    }
+}
+
+/// A simulated disk: only what storage confirmed (completed commands), plus
+/// what survives a crash.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Disk {
+    pub(crate) log: Vec<Entry>,
+    pub(crate) snapshot: Option<(Zxid, bytes::Bytes)>,
+    pub(crate) epochs: Epochs,
+    pub(crate) marker: bool,
+}
+
+impl Disk {
+    pub(crate) fn last(&self) -> Zxid {
+        self.log
+            .last()
+            .map(|e| e.zxid)
+            .or(self.snapshot.as_ref().map(|s| s.0))
+            .unwrap_or(Zxid::ZERO)
+    }
+
+    pub(crate) fn base(&self) -> Zxid {
+        self.snapshot.as_ref().map(|s| s.0).unwrap_or(Zxid::ZERO)
+    }
+
+    /// Whether the disk holds `zxid` (in its log, or inside its snapshot).
+    pub(crate) fn holds(&self, zxid: Zxid, id: u64) -> bool {
+        if zxid <= self.base() {
+            return true;
+        }
+        match self.log.binary_search_by(|e| e.zxid.cmp(&zxid)) {
+            Ok(i) => payload_id(&self.log[i]) == id,
+            Err(_) => false,
+        }
+    }
+}

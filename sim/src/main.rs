@@ -1,0 +1,79 @@
+//! Long simulation runs: `cargo run -p rzk-sim --release -- --seeds 100000`.
+//!
+//! Flags: `--seeds N` (default 1000), `--start S` (first seed, default 0),
+//! `--seed S` (run one seed and print its report or failure), `--nodes N`
+//! (3 or 5; default alternates per seed), `--limit C` (zxid counter limit),
+//! `--bug-5094` (re-introduce ZOOKEEPER-5094), `--no-claims-check` (skip the
+//! I1 message check, to see what a violation leads to), `--fault-ms MS`,
+//! `--trace LINES`.
+
+use rzk_quorum::core::TestBugs;
+use rzk_sim::{run, Options};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let get = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let mut opts = Options::default();
+    if let Some(l) = get("--limit") {
+        opts.counter_limit = Some(l as u32);
+    }
+    if args.iter().any(|a| a == "--bug-5094") {
+        opts.bugs = TestBugs {
+            keep_memory_after_interrupted_trunc: true,
+        };
+    }
+    if args.iter().any(|a| a == "--no-claims-check") {
+        opts.check_claims = false;
+    }
+    if let Some(ms) = get("--fault-ms") {
+        opts.fault_ms = ms;
+    }
+    let nodes = get("--nodes");
+    if let Some(t) = get("--trace") {
+        opts.trace_lines = t as usize;
+    }
+    let one = get("--seed");
+    let start = one.or(get("--start")).unwrap_or(0);
+    let count = if one.is_some() {
+        1
+    } else {
+        get("--seeds").unwrap_or(1000)
+    };
+    let mut failed = 0u64;
+    let mut sim_ms = 0u64;
+    let mut acked = 0usize;
+    for seed in start..start + count {
+        opts.nodes = nodes.unwrap_or(if seed % 2 == 0 { 3 } else { 5 }) as usize;
+        match run(seed, &opts) {
+            Ok(r) => {
+                sim_ms += r.sim_ms;
+                acked += r.acked;
+                if one.is_some() {
+                    println!("{r:?}");
+                }
+            }
+            Err(f) => {
+                failed += 1;
+                eprintln!("{f}");
+                if one.is_none() && failed >= 5 {
+                    break;
+                }
+            }
+        }
+    }
+    println!(
+        "{} passed, {} failed ({} simulated hours, {} acknowledged txns)",
+        count - failed,
+        failed,
+        sim_ms as f64 / 3_600_000.0,
+        acked
+    );
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
