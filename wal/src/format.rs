@@ -245,6 +245,13 @@ pub(crate) fn create_dir_durably(dir: &Path, syncer: &dyn Syncer) -> Result<()> 
     }
     fs::create_dir_all(dir).map_err(|e| WalError::io("create directory", dir, e))?;
     if let Some(parent) = dir.parent() {
+        // A relative one-component path such as `data` has the empty parent: the
+        // entry lives in the current directory.
+        let parent = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
         syncer
             .sync_dir(parent)
             .map_err(|e| WalError::io("fsync directory", parent, e))?;

@@ -407,3 +407,23 @@ fn wal_truncation_is_atomic_at_every_crash_point() {
     }
     panic!("the truncation never succeeded");
 }
+
+/// The server's default data directory is the relative `data`; its parent is the
+/// empty path, which must mean the current directory, not an error.
+#[test]
+fn opens_a_relative_one_component_directory() {
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let name = PathBuf::from(format!(".wal-relative-open-test-{}", std::process::id()));
+    let _cleanup = Remove(name.clone());
+    let (wal, _) = open(&name);
+    wal.append(z(1, 1), Bytes::from_static(b"x"))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(wal.last_durable_zxid(), z(1, 1));
+}
