@@ -768,3 +768,239 @@ impl Workload for SessionWork {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rzk_wire::{CreateResponse, GetChildrenResponse, GetDataResponse, MultiResponse, Stat};
+
+    fn stat(version: i32, data_length: i32) -> Stat {
+        Stat {
+            version,
+            data_length,
+            ..Stat::default()
+        }
+    }
+
+    fn data(path: &str, value: &'static [u8], version: i32) -> Expect {
+        Expect::Data {
+            path: path.into(),
+            value: Bytes::from_static(value),
+            version,
+        }
+    }
+
+    #[test]
+    fn get_data_must_return_the_bytes_and_version_last_written() {
+        let e = data("/ns/k0-1", b"abc", 2);
+        let ok = Ok(Response::GetData(GetDataResponse {
+            data: Some(Bytes::from_static(b"abc")),
+            stat: stat(2, 3),
+        }));
+        assert_eq!(check(OpCode::GetData, &e, &ok), Ok(()));
+        let other = Ok(Response::GetData(GetDataResponse {
+            data: Some(Bytes::from_static(b"abd")),
+            stat: stat(2, 3),
+        }));
+        let msg = check(OpCode::GetData, &e, &other).unwrap_err();
+        assert!(
+            msg.starts_with("getData /ns/k0-1: returned 3 bytes"),
+            "{msg}"
+        );
+        let old = Ok(Response::GetData(GetDataResponse {
+            data: Some(Bytes::from_static(b"abc")),
+            stat: stat(1, 3),
+        }));
+        assert!(check(OpCode::GetData, &e, &old)
+            .unwrap_err()
+            .contains("stat version 1, expected 2"));
+        let null = Ok(Response::GetData(GetDataResponse {
+            data: None,
+            stat: stat(2, 0),
+        }));
+        assert!(check(OpCode::GetData, &e, &null).is_err());
+    }
+
+    #[test]
+    fn an_error_code_where_success_is_due_names_op_path_and_code() {
+        let e = Expect::Deleted {
+            path: "/ns/k1-0".into(),
+        };
+        let msg = check(OpCode::Delete, &e, &Err(ErrorCode::NoNode)).unwrap_err();
+        assert_eq!(
+            msg,
+            "delete /ns/k1-0: server answered NONODE (-101), expected OK"
+        );
+    }
+
+    #[test]
+    fn children_must_be_exactly_c0_to_cn() {
+        let e = Expect::Children {
+            path: "/ns/d0".into(),
+            count: 3,
+        };
+        let reply = |names: &[&str]| {
+            Ok(Response::GetChildren(GetChildrenResponse {
+                children: names.iter().map(|n| (*n).into()).collect(),
+            }))
+        };
+        assert_eq!(
+            check(OpCode::GetChildren, &e, &reply(&["c2", "c0", "c1"])),
+            Ok(())
+        );
+        assert!(check(OpCode::GetChildren, &e, &reply(&["c0", "c1"]))
+            .unwrap_err()
+            .contains("2 children, expected 3"));
+        assert!(check(OpCode::GetChildren, &e, &reply(&["c0", "c1", "c1"]))
+            .unwrap_err()
+            .contains("twice"));
+        assert!(check(OpCode::GetChildren, &e, &reply(&["c0", "c1", "c3"]))
+            .unwrap_err()
+            .contains("unexpected child"));
+        assert!(check(OpCode::GetChildren, &e, &reply(&["c0", "c1", "x"])).is_err());
+    }
+
+    #[test]
+    fn a_multi_must_report_each_created_path_in_order() {
+        let paths: Vec<ByteString> = (0..10).map(|i| format!("/ns/m0-{i}").into()).collect();
+        let e = Expect::MultiCreated {
+            paths: paths.clone(),
+        };
+        let results = |paths: &[ByteString]| {
+            Ok(Response::Multi(MultiResponse {
+                results: paths
+                    .iter()
+                    .map(|p| MultiResult::Create(CreateResponse { path: p.clone() }))
+                    .collect(),
+            }))
+        };
+        assert_eq!(check(OpCode::Multi, &e, &results(&paths)), Ok(()));
+        assert!(check(OpCode::Multi, &e, &results(&paths[..9]))
+            .unwrap_err()
+            .contains("9 results, expected 10"));
+        let mut swapped = paths.clone();
+        swapped.swap(3, 4);
+        assert!(check(OpCode::Multi, &e, &results(&swapped))
+            .unwrap_err()
+            .contains("result 3"));
+        // A failed multi: err 0 in the header, the failure in the results.
+        let failed = Ok(Response::Multi(MultiResponse::failed(
+            10,
+            2,
+            ErrorCode::NodeExists,
+        )));
+        assert!(check(OpCode::Multi, &e, &failed).is_err());
+    }
+
+    #[test]
+    fn set_and_exists_check_version_and_length() {
+        let e = Expect::Written {
+            path: "/ns/k0-0".into(),
+            version: 4,
+            data_len: 128,
+        };
+        assert_eq!(
+            check(OpCode::SetData, &e, &Ok(Response::Stat(stat(4, 128)))),
+            Ok(())
+        );
+        assert!(check(OpCode::SetData, &e, &Ok(Response::Stat(stat(3, 128)))).is_err());
+        let e = Expect::Exists {
+            path: "/ns/k0-0".into(),
+            version: 0,
+            data_len: 128,
+        };
+        assert!(check(OpCode::Exists, &e, &Ok(Response::Stat(stat(0, 127)))).is_err());
+    }
+
+    #[test]
+    fn a_create_must_name_the_requested_path_and_a_body_must_fit_the_op() {
+        let e = Expect::Created {
+            path: "/ns/c0-0".into(),
+        };
+        let named = |p: &str| Ok(Response::Create(CreateResponse { path: p.into() }));
+        assert_eq!(check(OpCode::Create, &e, &named("/ns/c0-0")), Ok(()));
+        assert!(check(OpCode::Create, &e, &named("/ns/c0-1")).is_err());
+        assert!(check(OpCode::Create, &e, &Ok(Response::Empty))
+            .unwrap_err()
+            .contains("does not fit"));
+    }
+
+    #[test]
+    fn value_variants_differ_in_every_byte() {
+        let pool = ValuePool::new(5);
+        for a in 0..VALUE_VARIANTS {
+            for b in 0..VALUE_VARIANTS {
+                if a % 26 != b % 26 {
+                    assert!(pool
+                        .get(a)
+                        .iter()
+                        .zip(pool.get(b).iter())
+                        .all(|(x, y)| x != y));
+                }
+            }
+        }
+        assert_eq!(pool.value_len(), 5);
+    }
+
+    #[test]
+    fn paths_are_built_without_format() {
+        let mut paths = PathBuilder::default();
+        assert_eq!(&*paths.build(b"/ns/k", 3, Some(1207)), "/ns/k3-1207");
+        assert_eq!(&*paths.build(b"/ns/d", 0, None), "/ns/d0");
+        assert_eq!(
+            &*paths.build(b"/x/", u64::MAX, None),
+            "/x/18446744073709551615"
+        );
+    }
+
+    #[test]
+    fn sessions_with_the_same_seed_send_the_same_ops() {
+        let shape = Shape {
+            kind: WorkloadKind::Mix,
+            namespace: "/ns".into(),
+            keys_per_session: 4,
+            read_ratio: 0.5,
+            seed: 9,
+        };
+        let pool = Arc::new(ValuePool::new(8));
+        let ops = |s| {
+            let mut w = SessionWork::new(&shape, s, pool.clone());
+            (0..50)
+                .map(|_| w.next_op().unwrap().request)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ops(0), ops(0));
+        assert_ne!(ops(0), ops(1));
+    }
+
+    #[test]
+    fn a_read_after_writes_expects_the_last_write() {
+        let shape = Shape {
+            kind: WorkloadKind::Set,
+            namespace: "/ns".into(),
+            keys_per_session: 1,
+            read_ratio: 0.0,
+            seed: 1,
+        };
+        let pool = Arc::new(ValuePool::new(8));
+        let mut w = SessionWork::new(&shape, 0, pool.clone());
+        let _ = w.next_op();
+        let second = w.next_op().unwrap();
+        assert_eq!(
+            second.expect,
+            Expect::Written {
+                path: "/ns/k0-0".into(),
+                version: 2,
+                data_len: 8
+            }
+        );
+        assert_eq!(
+            w.get(0).expect,
+            Expect::Data {
+                path: "/ns/k0-0".into(),
+                value: pool.get(2).clone(),
+                version: 2
+            }
+        );
+    }
+}
