@@ -28,8 +28,9 @@ use crate::error::BenchError;
 /// still decodes (ZooKeeper does not limit reply sizes).
 pub const REPLY_BYTES_MAX: usize = 64 << 20;
 
-/// Read buffer growth step: replies are small, this is a few hundred of them.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Read buffer growth step. Small, because `idle-sessions` holds ten
+/// thousand connections; a large reply grows the buffer as it arrives.
+const READ_CHUNK_BYTES: usize = 4 * 1024;
 
 /// How many requests [`Conn::call_many`] keeps in flight.
 pub const CALL_MANY_WINDOW: usize = 128;
@@ -110,7 +111,7 @@ impl Conn {
                 rzk_wire::REQUEST_FRAME_BYTES_MAX_DEFAULT,
             ),
             rbuf: BytesMut::with_capacity(READ_CHUNK_BYTES),
-            wbuf: BytesMut::with_capacity(4096),
+            wbuf: BytesMut::with_capacity(256),
             next_xid: 1,
             session_id: SessionId::NONE,
             timeout_ms,

@@ -60,8 +60,12 @@ fn cancel_on_signals() -> CancellationToken {
             _ = tokio::signal::ctrl_c() => {}
             _ = terminated => {}
         }
-        eprintln!("rzk-bench: stopping (signal); cleaning up");
+        eprintln!("rzk-bench: stopping (signal); cleaning up (a second Ctrl-C exits at once)");
         t.cancel();
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("rzk-bench: second signal; exiting without cleanup");
+            std::process::exit(130);
+        }
     });
     token
 }
