@@ -222,11 +222,7 @@ async fn write_requests<W: Workload>(
     let mut codec = ClientCodec::new();
     let mut wbuf = BytesMut::with_capacity(8 * 1024);
     let idle = ping_interval(timeout_ms);
-    let io_error = |source| BenchError::Io {
-        what: "write to",
-        server: server.into(),
-        source,
-    };
+    let stall_max = Duration::from_millis(timeout_ms.max(1) as u64);
     let wire_error = |source| BenchError::Wire {
         server: server.into(),
         source,
@@ -237,7 +233,7 @@ async fn write_requests<W: Workload>(
             permit = shared.credits.acquire() => permit,
             _ = tokio::time::sleep(idle) => {
                 codec.encode(&RequestFrame::ping(), &mut wbuf).map_err(wire_error)?;
-                writer.write_all(&wbuf).await.map_err(io_error)?;
+                write_within(writer, &wbuf, stall_max, server).await?;
                 wbuf.clear();
                 continue;
             }
@@ -284,12 +280,35 @@ async fn write_requests<W: Workload>(
             }
         }
         if !wbuf.is_empty() {
-            writer.write_all(&wbuf).await.map_err(io_error)?;
+            write_within(writer, &wbuf, stall_max, server).await?;
             wbuf.clear();
         }
         if finished {
             return Ok(());
         }
+    }
+}
+
+/// Writes `bytes`, failing if the server has not taken them within
+/// `stall_max` (a server that stops reading must not hang the run).
+async fn write_within(
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    bytes: &[u8],
+    stall_max: Duration,
+    server: &str,
+) -> Result<(), BenchError> {
+    match tokio::time::timeout(stall_max, writer.write_all(bytes)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(source)) => Err(BenchError::Io {
+            what: "write to",
+            server: server.into(),
+            source,
+        }),
+        Err(_) => Err(BenchError::Timeout {
+            what: "write".into(),
+            server: server.into(),
+            after: stall_max,
+        }),
     }
 }
 
@@ -346,16 +365,30 @@ async fn read_replies(
         if shared.writer_failed.load(Ordering::Acquire) {
             return Ok(());
         }
-        if shared.writer_done.load(Ordering::Acquire)
-            && shared.pending.lock().expect("pending lock").is_empty()
-        {
+        // The oldest request must be answered within the session timeout;
+        // ping replies do not count (a server that answers pings but not
+        // requests must not hang the run).
+        let oldest = shared
+            .pending
+            .lock()
+            .expect("pending lock")
+            .front()
+            .map(|p| (p.sent, p.opcode, p.expect.path().to_owned()));
+        if oldest.is_none() && shared.writer_done.load(Ordering::Acquire) {
             return Ok(());
         }
+        let deadline = match &oldest {
+            Some((sent, _, _)) => *sent + silence_max,
+            None => Instant::now() + silence_max,
+        };
         rbuf.reserve(64 * 1024);
         tokio::select! {
             biased;
-            read = tokio::time::timeout(silence_max, reader.read_buf(rbuf)) => match read {
-                Err(_) => return Err(format!("no reply for {} ms", silence_max.as_millis())),
+            read = tokio::time::timeout_at(deadline.into(), reader.read_buf(rbuf)) => match read {
+                // With nothing outstanding, nothing is late.
+                Err(_) => if let Some((_, op, path)) = oldest {
+                    return Err(format!("no reply for {} ms to {} {path}", silence_max.as_millis(), op.zk_name()));
+                },
                 Ok(Err(e)) => return Err(format!("read failed: {e}")),
                 Ok(Ok(0)) => return Err("the server closed the connection".into()),
                 Ok(Ok(_)) => {}

@@ -39,6 +39,8 @@ enum Lie {
     WatchPath,
     /// setData's stat does not count the write (version stays the same).
     StaleVersion,
+    /// getData is never answered (the connection stays open).
+    Silent,
 }
 
 #[derive(Debug, Default)]
@@ -267,12 +269,16 @@ async fn serve(stream: tokio::net::TcpStream, tree: Arc<Mutex<Tree>>, lie: Lie) 
         let Some(Ok(incoming)) = incoming else { return };
         match incoming {
             Incoming::Connect(req) => {
-                let response = req.accept(30_000, SessionId(conn as i64), vec![0; 16].into());
+                let response =
+                    req.accept(req.timeout_ms, SessionId(conn as i64), vec![0; 16].into());
                 if framed.send(response).await.is_err() {
                     return;
                 }
             }
             Incoming::Request(frame) => {
+                if lie == Lie::Silent && matches!(frame.request, Request::GetData(_)) {
+                    continue;
+                }
                 let result = tree.lock().unwrap().answer(conn, &frame.request, lie);
                 let xid = if lie == Lie::WrongXid && frame.xid.0 > 0 {
                     Xid(frame.xid.0 + 1)
@@ -303,6 +309,10 @@ struct Outcome {
 }
 
 async fn bench(lie: Lie, workload: &str) -> Outcome {
+    bench_with_timeout(lie, workload, "4000").await
+}
+
+async fn bench_with_timeout(lie: Lie, workload: &str, timeout_ms: &str) -> Outcome {
     let addr = fake(lie).await;
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_rzk-bench"))
         .args([
@@ -325,7 +335,7 @@ async fn bench(lie: Lie, workload: &str) -> Outcome {
             "--seed",
             "5",
             "--session-timeout-ms",
-            "4000",
+            timeout_ms,
         ])
         .kill_on_drop(true)
         .output()
@@ -426,5 +436,23 @@ async fn a_notification_for_another_path_is_caught() {
         &bench(Lie::WatchPath, "watch").await,
         "watch on /",
         "NodeDataChanged",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_answering_ends_the_run_with_an_error() {
+    // Sessions of 600 ms: each reader gives up after that much silence.
+    // The fake answers pings, so only a deadline on the oldest request (not
+    // on any bytes arriving) ends the run; before that fix it hung.
+    let outcome = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        bench_with_timeout(Lie::Silent, "get", "600"),
+    )
+    .await
+    .expect("the run ends instead of hanging");
+    assert_caught(
+        &outcome,
+        "no reply for 600 ms to getData /",
+        "requests unanswered",
     );
 }
