@@ -120,6 +120,7 @@ pub async fn populate(opts: &PopulateOptions) -> Result<PopulateReport, BenchErr
             })
         }
     }
+    let _ = admin.close().await;
     let sessions = opts.sessions.max(1);
     let value = ValuePool::new(opts.value_bytes).get(0).clone();
     let prefix: Bytes = format!("{}/n", opts.path.trim_end_matches('/'))
@@ -175,8 +176,11 @@ pub async fn populate(opts: &PopulateOptions) -> Result<PopulateReport, BenchErr
         report.errors += stats.errors;
         report.messages.extend(stats.messages);
     }
-    let counted = count_descendants(&mut admin, &opts.path).await?;
+    // A fresh session: the first one sat unpinged through the creates.
+    let mut checker = Conn::connect(&opts.server, opts.session_timeout_ms, CONNECT_LIMIT).await?;
+    let counted = count_descendants(&mut checker, &opts.path).await?;
     report.seconds = started.elapsed().as_secs_f64();
+    let _ = checker.close().await;
     if counted != opts.znodes {
         report.errors += 1;
         report.messages.push(format!(
@@ -184,6 +188,5 @@ pub async fn populate(opts: &PopulateOptions) -> Result<PopulateReport, BenchErr
             opts.path, opts.znodes
         ));
     }
-    let _ = admin.close().await;
     Ok(report)
 }

@@ -96,14 +96,21 @@ pub async fn run(opts: &RunOptions, cancel: CancellationToken) -> Result<Report,
             )),
             other => other,
         })?;
+    // Not kept open during the run: an unpinged session would expire in a
+    // run longer than its timeout.
+    let _ = admin.close().await;
     let measured = match opts.workload {
         WorkloadKind::Watch => crate::watch::run(opts, &cancel).await,
         WorkloadKind::Storm => crate::storm::run(opts, &cancel).await,
         _ => run_pipelined(opts, &cancel).await,
     };
     // Clean up whatever happened, then report the first failure.
-    let cleanup = delete_tree(&mut admin, &ns).await;
-    let _ = admin.close().await;
+    let cleanup = async {
+        let mut conn = Conn::connect(&opts.server, opts.session_timeout_ms, CONNECT_LIMIT).await?;
+        delete_tree(&mut conn, &ns).await?;
+        conn.close().await
+    }
+    .await;
     let mut report = measured?;
     if let Err(e) = cleanup {
         report.errors += 1;

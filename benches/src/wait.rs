@@ -30,15 +30,20 @@ pub struct WaitOptions {
 pub async fn wait_serving(opts: &WaitOptions) -> Result<Duration, BenchError> {
     let started = Instant::now();
     let deadline = started + opts.timeout;
+    // The most telling failure: an attempt cut short by the deadline says
+    // less than the answer before it ("has 500 children, waiting for 501").
+    let mut telling: Option<BenchError> = None;
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let failure = match attempt(opts, remaining.min(ATTEMPT_LIMIT)).await {
+        match attempt(opts, remaining.min(ATTEMPT_LIMIT)).await {
             Ok(()) => return Ok(started.elapsed()),
-            Err(e) => e,
-        };
+            Err(BenchError::Timeout { .. } | BenchError::Options(_)) if telling.is_some() => {}
+            Err(e) => telling = Some(e),
+        }
         if Instant::now() + RETRY_PAUSE >= deadline {
+            let last = telling.map(|e| e.to_string()).unwrap_or_default();
             return Err(BenchError::Timeout {
-                what: format!("wait-serving (last attempt: {failure})"),
+                what: format!("wait-serving (last failure: {last})"),
                 server: opts.server.clone(),
                 after: opts.timeout,
             });

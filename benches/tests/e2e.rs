@@ -303,7 +303,7 @@ async fn populate_then_wait_serving_sees_the_children() {
         "--expect-children",
         "501",
         "--timeout-seconds",
-        "0.3",
+        "1",
     ])
     .await;
     assert!(!wrong.status.success());
