@@ -1,0 +1,368 @@
+//! End to end: every workload, populate, wait-serving and idle-sessions
+//! against an rzk server started in this test's runtime (127.0.0.1:0), through
+//! the library and through the built binary. Every run must finish with zero
+//! errors, the exact op count, and its namespace removed.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use rzk_benches::conn::Conn;
+use rzk_benches::run::{run, Limit, RunOptions};
+use rzk_benches::workload::WorkloadKind;
+use rzk_server::config::ServerConfig;
+use rzk_wire::{ErrorCode, ExistsRequest, Request};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// An rzk server in this runtime.
+struct Server {
+    addr: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), rzk_server::ServerError>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    async fn start() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let settings: Vec<(String, String)> = vec![
+            ("dataDir".into(), dir.path().display().to_string()),
+            ("clientPortAddress".into(), "127.0.0.1".into()),
+            ("maxClientCnxns".into(), "0".into()),
+            ("4lw.commands.whitelist".into(), "*".into()),
+        ];
+        let config = ServerConfig::load(None, &settings).expect("valid config");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(rzk_server::serve(config, vec![listener], async move {
+            let _ = stopped.await;
+        }));
+        Server {
+            addr,
+            stop: Some(stop),
+            task,
+            _dir: dir,
+        }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap().expect("server stopped cleanly");
+    }
+}
+
+fn options(server: &Server, workload: WorkloadKind, ops: u64) -> RunOptions {
+    RunOptions {
+        server: server.addr.clone(),
+        workload,
+        sessions: 3,
+        inflight: 4,
+        value_bytes: 40,
+        limit: Limit::Ops(ops),
+        read_ratio: 0.5,
+        watchers: 4,
+        namespace: format!("/e2e-{}", workload.name()),
+        session_timeout_ms: 30_000,
+        progress_seconds: 0.0,
+        seed: 11,
+        keys_per_session: 8,
+    }
+}
+
+/// Whether `path` exists, asked on a fresh session.
+async fn exists(server: &Server, path: &str) -> bool {
+    let mut conn = Conn::connect(&server.addr, 30_000, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let result = conn
+        .call(&Request::Exists(ExistsRequest {
+            path: path.into(),
+            watch: false,
+        }))
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    match result {
+        Ok(_) => true,
+        Err(ErrorCode::NoNode) => false,
+        Err(code) => panic!("exists {path}: {code}"),
+    }
+}
+
+async fn run_clean(workload: WorkloadKind, ops: u64, expected_ops: u64) {
+    let server = Server::start().await;
+    let opts = options(&server, workload, ops);
+    let report = run(&opts, CancellationToken::new())
+        .await
+        .expect("run completes");
+    assert_eq!(report.errors, 0, "{workload:?}: {:?}", report.messages);
+    assert_eq!(report.ops, expected_ops, "{workload:?}");
+    assert_eq!(report.workload, workload.name());
+    assert!(report.latency.p50_us > 0 && report.latency.max_us >= report.latency.p99_us);
+    assert!(
+        !exists(&server, &opts.namespace).await,
+        "{workload:?} left its namespace behind"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_runs_clean() {
+    run_clean(WorkloadKind::Create, 300, 300).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_runs_clean() {
+    run_clean(WorkloadKind::Set, 300, 300).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_runs_clean() {
+    run_clean(WorkloadKind::Get, 300, 300).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exists_runs_clean() {
+    run_clean(WorkloadKind::Exists, 300, 300).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_runs_clean() {
+    run_clean(WorkloadKind::Children, 300, 300).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_runs_clean() {
+    // keys_per_session 8 × 3 sessions = 24 znodes to delete: the run ends
+    // when they are gone, before the budget of 300.
+    run_clean(WorkloadKind::Delete, 300, 24).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_runs_clean() {
+    run_clean(WorkloadKind::Mixed, 300, 300).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mix_runs_clean() {
+    run_clean(WorkloadKind::Mix, 400, 400).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_runs_clean() {
+    run_clean(WorkloadKind::Multi, 50, 50).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_runs_clean() {
+    // 4 watchers: 10 rounds of one setData and 4 notifications each.
+    run_clean(WorkloadKind::Watch, 40, 40).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storm_runs_clean() {
+    run_clean(WorkloadKind::Storm, 60, 60).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_run_stops_on_time() {
+    let server = Server::start().await;
+    let mut opts = options(&server, WorkloadKind::Mixed, 0);
+    opts.limit = Limit::Seconds(0.5);
+    let report = run(&opts, CancellationToken::new()).await.unwrap();
+    assert_eq!(report.errors, 0, "{:?}", report.messages);
+    assert!(report.ops > 0);
+    assert!(
+        report.seconds >= 0.5 && report.seconds < 10.0,
+        "{}",
+        report.seconds
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_namespace_is_refused() {
+    let server = Server::start().await;
+    let opts = options(&server, WorkloadKind::Get, 10);
+    let mut conn = Conn::connect(&server.addr, 30_000, Duration::from_secs(10))
+        .await
+        .unwrap();
+    conn.call_ok(&rzk_benches::workload::create_request(
+        opts.namespace.as_str().into(),
+        bytes::Bytes::new(),
+        &rzk_benches::workload::open_acl(),
+    ))
+    .await
+    .unwrap();
+    let err = run(&opts, CancellationToken::new()).await.unwrap_err();
+    assert!(err.to_string().contains("exists already"), "{err}");
+    conn.close().await.unwrap();
+    server.stop().await;
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_rzk-bench");
+
+async fn bin(args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(BIN)
+        .args(args)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_prints_one_json_line_and_exits_zero() {
+    let server = Server::start().await;
+    let out = bin(&[
+        "run",
+        "--server",
+        &server.addr,
+        "--workload",
+        "get",
+        "--ops",
+        "200",
+        "--sessions",
+        "2",
+        "--json",
+        "--progress-seconds",
+        "0",
+        "--seed",
+        "3",
+    ])
+    .await;
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["workload"], "get");
+    assert_eq!(v["ops"], 200);
+    assert_eq!(v["errors"], 0);
+    assert_eq!(v["sessions"], 2);
+    assert!(v["cpu_share"].as_f64().unwrap() >= 0.0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn populate_then_wait_serving_sees_the_children() {
+    let server = Server::start().await;
+    let out = bin(&[
+        "populate",
+        "--server",
+        &server.addr,
+        "--znodes",
+        "500",
+        "--sessions",
+        "3",
+        "--json",
+    ])
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["znodes"], 500);
+
+    let ok = bin(&[
+        "wait-serving",
+        "--server",
+        &server.addr,
+        "--check-path",
+        "/rzk-populate",
+        "--expect-children",
+        "500",
+    ])
+    .await;
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let ms: u64 = String::from_utf8(ok.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ms < 10_000);
+
+    // A count that never comes: non-zero exit after the timeout.
+    let wrong = bin(&[
+        "wait-serving",
+        "--server",
+        &server.addr,
+        "--check-path",
+        "/rzk-populate",
+        "--expect-children",
+        "501",
+        "--timeout-seconds",
+        "1",
+    ])
+    .await;
+    assert!(!wrong.status.success());
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("500 children"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_serving_times_out_without_a_server() {
+    // A port nobody listens on: bind, note it, drop.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let out = bin(&[
+        "wait-serving",
+        "--server",
+        &addr,
+        "--timeout-seconds",
+        "0.2",
+    ])
+    .await;
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_report_ready_and_close_when_stdin_closes() {
+    let server = Server::start().await;
+    let mut child = tokio::process::Command::new(BIN)
+        .args([
+            "idle-sessions",
+            "--server",
+            &server.addr,
+            "--sessions",
+            "20",
+            "--hold-seconds",
+            "60",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(line.as_deref(), Some("READY 20"));
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.flush().await.unwrap();
+    drop(stdin);
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+    server.stop().await;
+}
