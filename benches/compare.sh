@@ -8,7 +8,7 @@ usage() {
 Usage: benches/compare.sh [options]
 
 Starts Apache ZooKeeper 3.8 (Debian package; installed if missing) and rzk on free
-loopback ports with equivalent settings (tickTime=2000, fsync on, snapCount=100000,
+loopback ports with equivalent settings (tickTime=2000, fsync on, the same snapCount,
 maxClientCnxns=0, 4lw.commands.whitelist=*), runs each workload against each server
 alternately for several rounds, and prints medians and rzk/ZooKeeper ratios.
 
@@ -19,6 +19,7 @@ alternately for several rounds, and prints medians and rzk/ZooKeeper ratios.
   --sessions N             rzk-bench --sessions (default 32)
   --inflight N             rzk-bench --inflight (default 8)
   --value-bytes N          rzk-bench --value-bytes (default 128)
+  --snap-count N           snapCount of both servers (default 100000, the default of both; quick 10000)
   --zk-heap SIZE           ZooKeeper JVM heap, -Xms = -Xmx (default 2g)
   --quick                  1 round of 1 s on create,get,set,mixed; small footprint numbers (CI)
   --footprint              after the throughput runs, measure memory, restart and snapshot time
@@ -57,7 +58,7 @@ FP_RESTART=""
 WORK_DIR=""
 KEEP=0
 WRITE=0
-workloads_given=0 rounds_given=0 seconds_given=0
+workloads_given=0 rounds_given=0 seconds_given=0 snap_given=0
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -69,6 +70,7 @@ while [ $# -gt 0 ]; do
   --inflight) INFLIGHT=$2; shift ;;
   --value-bytes) VALUE_BYTES=$2; shift ;;
   --zk-heap) ZK_HEAP=$2; shift ;;
+  --snap-count) SNAP_COUNT=$2; snap_given=1; shift ;;
   --quick) QUICK=1 ;;
   --footprint) FOOTPRINT=1 ;;
   --footprint-only) FOOTPRINT=1; THROUGHPUT=0 ;;
@@ -93,11 +95,12 @@ if [ $QUICK = 1 ]; then
   [ $rounds_given = 1 ] || ROUNDS=1
   [ $seconds_given = 1 ] || SECONDS_PER_RUN=1
   [ $workloads_given = 1 ] || WORKLOADS=create,get,set,mixed
+  [ $snap_given = 1 ] || SNAP_COUNT=10000
   FP_ZNODES=${FP_ZNODES:-20000} FP_IDLE=${FP_IDLE:-500} FP_RESTART=${FP_RESTART:-50000}
   [ $WRITE = 0 ] || die "--write-benchmarks with --quick: BENCHMARKS.md holds full runs only"
 fi
 FP_ZNODES=${FP_ZNODES:-200000} FP_IDLE=${FP_IDLE:-10000} FP_RESTART=${FP_RESTART:-1000000}
-for n in ROUNDS SECONDS_PER_RUN SESSIONS INFLIGHT VALUE_BYTES FP_ZNODES FP_IDLE FP_RESTART; do
+for n in SNAP_COUNT ROUNDS SECONDS_PER_RUN SESSIONS INFLIGHT VALUE_BYTES FP_ZNODES FP_IDLE FP_RESTART; do
   [[ ${!n} =~ ^[1-9][0-9]*$ ]] || die "$n=${!n}: expected a positive integer"
 done
 IFS=, read -r -a WL <<<"$WORKLOADS"
@@ -174,7 +177,7 @@ report_args=(
   --rzk-bin "$RZK_BIN" --bench-bin "$RZK_BENCH_BIN"
   --rounds "$ROUNDS" --seconds "$SECONDS_PER_RUN" --sessions "$SESSIONS"
   --inflight "$INFLIGHT" --value-bytes "$VALUE_BYTES" --workloads "$WORKLOADS"
-  --fp-znodes "$FP_ZNODES" --fp-idle-sessions "$FP_IDLE" --fp-restart-znodes "$FP_RESTART"
+  --snap-count "$SNAP_COUNT" --fp-znodes "$FP_ZNODES" --fp-idle-sessions "$FP_IDLE" --fp-restart-znodes "$FP_RESTART"
 )
 python3 "$REPO_ROOT/benches/scripts/report.py" report "${report_args[@]}" >"$WORK_DIR/section.md"
 cat "$WORK_DIR/section.md"

@@ -107,7 +107,7 @@ fp_snapshot() {
       --sessions "$SESSIONS" --inflight "$INFLIGHT" --value-bytes "$VALUE_BYTES" --seed "$i" \
       --json >"$out" 2>"$out.err" || { tail -20 "$out.err" >&2; die "$kind: setData to trigger a snapshot failed"; }
   done
-  [ $found = 1 ] || die "$kind: no snapshot began after 60 x 5000 setData (snapCount is 100000)"
+  [ $found = 1 ] || die "$kind: no snapshot began after 60 x 5000 setData (snapCount is $SNAP_COUNT)"
   fp_put "$kind" snapshot_trigger_chunks $((i - 1))
   local deadline=$(($(date +%s) + 600)) ms
   until ms=$(python3 "$REPO_ROOT/benches/scripts/report.py" "${args[@]}" 2>/dev/null); do

@@ -13,6 +13,8 @@ ZK_JARS=/usr/share/java
 ZK_MAIN=org.apache.zookeeper.server.ZooKeeperServerMain
 
 STARTED_PIDS=()
+# snapCount of both servers (ZooKeeper's default; rzk's default is the same).
+SNAP_COUNT=${SNAP_COUNT:-100000}
 
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -91,7 +93,7 @@ clientPortAddress=127.0.0.1
 maxClientCnxns=0
 4lw.commands.whitelist=*
 admin.enableServer=false
-snapCount=100000
+snapCount=$SNAP_COUNT
 forceSync=yes
 CFG
   cat >"$dir/conf/log4j.properties" <<'PROPS'
@@ -125,7 +127,7 @@ server_argv() {
   rzk)
     printf '%s\n' "$RZK_BIN" --client-port "${SRV_PORT[$name]}" --client-port-address 127.0.0.1 \
       --data-dir "$dir/data" --set tickTime=2000 --set maxClientCnxns=0 \
-      --set '4lw.commands.whitelist=*' --set snapCount=100000 --set forceSync=yes
+      --set '4lw.commands.whitelist=*' --set "snapCount=$SNAP_COUNT" --set forceSync=yes
     ;;
   esac
 }

@@ -86,10 +86,10 @@ def snapshot_ms(kind, lines, min_nodes):
         line = ANSI.sub("", line)
         if kind == "rzk":
             if start is None:
-                m = re.search(r"snapshot started.*nodes=(\d+)", line)
-                if m and int(m.group(1)) >= min_nodes:
-                    start = rzk_time(line)
-            elif "snapshot saved" in line:
+                m = re.search(r"snapshot started zxid=(\S+) nodes=(\d+)", line)
+                if m and int(m.group(2)) >= min_nodes:
+                    start, zxid = rzk_time(line), m.group(1)
+            elif re.search(r"snapshot saved zxid=" + re.escape(zxid) + r"\b", line):
                 end = rzk_time(line)
                 return True, round((end - start).total_seconds() * 1000)
         else:
@@ -317,9 +317,9 @@ def footprint_section(a, m, v):
         "much of the heap has been touched, not the live data). Idle sessions: `rzk-bench "
         "idle-sessions` (one TCP connection per session, kept alive by pings), RSS read while "
         "READY is held. Snapshot: after the populate, setData in chunks of 5000 until the "
-        "server begins a snapshot of the whole tree (snapCount=100000 on both), timed from the "
-        "server's log: rzk from \"snapshot started\" to \"snapshot saved\" (written, fsynced, "
-        "cataloged); ZooKeeper the \"Snapshot taken in N ms\" line that follows "
+        f"server begins a snapshot of the whole tree (snapCount={a.snap_count} on both), timed from the "
+        "server's log: rzk from \"snapshot started\" to \"snapshot saved\" (its incremental "
+        "serialisation, then written, fsynced, cataloged and older history purged); ZooKeeper the \"Snapshot taken in N ms\" line that follows "
         "\"Snapshotting: 0x…\" (its background snapshot, `takeSnapshot(false)`, writes without "
         "fsync). Restart: SIGTERM, wait for the exit, then exec; timed from just before exec "
         "until `rzk-bench wait-serving --check-path /rzk-populate --expect-children N` returns "
@@ -340,12 +340,12 @@ def run_header(a, m, v):
         f"{m['nproc']} cores ({m['cpu']}), {m['mem']} RAM, {m['disk']}; load average "
         f"{m['load']} when the report was written.",
         "",
-        f"Command: `{a.command.strip()}` (rzk {v['rzk']} at `{v['rev']}`, rzk-bench from the "
+        f"Command: `{a.command.strip()}` ({v['rzk']} at `{v['rev']}`, rzk-bench from the "
         "same tree).",
         "",
         f"Apache ZooKeeper {v['zk']} (Debian package), ZooKeeperServerMain on {v['java']}, JVM "
         f"flags `{a.zk_jvm}`. Both servers: tickTime=2000, forceSync=yes (fsync on), "
-        "snapCount=100000, maxClientCnxns=0, globalOutstandingLimit 1000 (default of both), "
+        f"snapCount={a.snap_count}, maxClientCnxns=0, globalOutstandingLimit 1000 (default of both), "
         "4lw.commands.whitelist=*, 127.0.0.1 only, data dirs side by side on the disk above.",
         "",
     ]
@@ -432,7 +432,7 @@ def main():
     s = sub.add_parser("report")
     for k in ("work-dir", "command", "zk-jvm", "rzk-bin", "bench-bin", "workloads"):
         s.add_argument("--" + k, required=True)
-    for k in ("rounds", "seconds", "sessions", "inflight", "value-bytes", "fp-znodes",
+    for k in ("snap-count", "rounds", "seconds", "sessions", "inflight", "value-bytes", "fp-znodes",
               "fp-idle-sessions", "fp-restart-znodes"):
         s.add_argument("--" + k, type=int, required=True)
     s = sub.add_parser("write")
