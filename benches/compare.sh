@@ -131,7 +131,8 @@ FAILED=0
 run_workload() {
   local w=$1 name=$2 round=$3 kind=${SRV_KIND[$2]} base rc=0
   base="$WORK_DIR/runs/$w.$kind.r$round"
-  "$RZK_BENCH_BIN" run --server "127.0.0.1:${SRV_PORT[$name]}" --workload "$w" \
+  # A run that hangs (a stalled server) is stopped and counted as failed.
+  timeout --kill-after=10 $((SECONDS_PER_RUN * 4 + 180)) "$RZK_BENCH_BIN" run --server "127.0.0.1:${SRV_PORT[$name]}" --workload "$w" \
     --sessions "$SESSIONS" --inflight "$INFLIGHT" --value-bytes "$VALUE_BYTES" \
     --seconds "$SECONDS_PER_RUN" --seed "$round" --json >"$base.json" 2>"$base.err" || rc=$?
   echo $rc >"$base.rc"
@@ -145,11 +146,23 @@ run_workload() {
   fi
 }
 
+# setup_servers: prepares and starts the servers of --mode, named zk and rzk (the
+# names clients connect to). Ensemble mode will start three of each here and
+# point zk and rzk at one member; the rest of the script is topology-blind.
+setup_servers() {
+  case $MODE in
+  standalone)
+    prepare_zookeeper zk "$WORK_DIR/zookeeper" "$ZK_HEAP"
+    prepare_rzk rzk "$WORK_DIR/rzk"
+    start_server zk
+    start_server rzk
+    ;;
+  esac
+}
+
 throughput() {
-  prepare_zookeeper zk "$WORK_DIR/zookeeper" "$ZK_HEAP"
-  prepare_rzk rzk "$WORK_DIR/rzk"
-  start_server zk
-  start_server rzk
+  log "ZooKeeper JVM flags: $(zk_jvm_flags "$ZK_HEAP")"
+  setup_servers
   local r w first second
   for ((r = 1; r <= ROUNDS; r++)); do
     # Alternate who goes first, so neither server always runs on a disk or page

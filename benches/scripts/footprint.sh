@@ -24,7 +24,7 @@ fp_prepare() {
 fp_populate() {
   local kind=$1 name=$2 n=$3 tag=$4 out="$WORK_DIR/fp/$1.$4.json"
   log "$kind: populate $n znodes of $VALUE_BYTES B under $FP_PATH"
-  if ! "$RZK_BENCH_BIN" populate --server "127.0.0.1:${SRV_PORT[$name]}" --znodes "$n" \
+  if ! timeout --kill-after=10 3600 "$RZK_BENCH_BIN" populate --server "127.0.0.1:${SRV_PORT[$name]}" --znodes "$n" \
     --value-bytes "$VALUE_BYTES" --path "$FP_PATH" --sessions "$SESSIONS" --inflight "$INFLIGHT" \
     --json >"$out" 2>"$out.err"; then
     tail -20 "$out.err" >&2
@@ -103,7 +103,7 @@ fp_snapshot() {
       break
     fi
     local out="$WORK_DIR/fp/$kind.trigger.$i.json"
-    "$RZK_BENCH_BIN" run --server "127.0.0.1:${SRV_PORT[$name]}" --workload set --ops 5000 \
+    timeout --kill-after=10 600 "$RZK_BENCH_BIN" run --server "127.0.0.1:${SRV_PORT[$name]}" --workload set --ops 5000 \
       --sessions "$SESSIONS" --inflight "$INFLIGHT" --value-bytes "$VALUE_BYTES" --seed "$i" \
       --json >"$out" 2>"$out.err" || { tail -20 "$out.err" >&2; die "$kind: setData to trigger a snapshot failed"; }
   done

@@ -406,12 +406,13 @@ def cmd_write(a):
         # A partial run (only throughput, or only footprint) keeps the other
         # subsection of the previous full run.
         if len(new_subs) == 1:
-            old_intro, old_subs, old_order = split_subsections(old)
+            old_intro, old_subs, _ = split_subsections(old)
             (head, block), = new_subs.items()
-            if head in old_subs and len(old_subs) > 1:
-                old_subs[head] = block + [""]
-                merged = old_intro + [ln for h in old_order for ln in old_subs[h]]
-                new = "\n".join(merged).rstrip() + "\n"
+            old_subs[head] = block + [""]
+            order = [h for h in (SUB_THROUGHPUT, SUB_FOOTPRINT) if h in old_subs]
+            order += [h for h in old_subs if h not in order]
+            merged = old_intro + [ln for h in order for ln in old_subs[h]]
+            new = "\n".join(merged).rstrip() + "\n"
         doc = doc[:start] + new + ("\n" + doc[end:] if end < len(doc) else "")
     with open(a.bench, "w") as f:
         f.write(doc)
