@@ -20,6 +20,8 @@ alternately for several rounds, and prints medians and rzk/ZooKeeper ratios.
   --inflight N             rzk-bench --inflight (default 8)
   --value-bytes N          rzk-bench --value-bytes (default 128)
   --snap-count N           snapCount of both servers (default 100000, the default of both; quick 10000)
+  --warmup-seconds S        before round 1, every workload once for S s on each server,
+                           not counted (JIT and caches; default 1, quick 0; 0 = none)
   --zk-heap SIZE           ZooKeeper JVM heap, -Xms = -Xmx (default 2g)
   --quick                  1 round of 1 s on create,get,set,mixed; small footprint numbers (CI)
   --footprint              after the throughput runs, measure memory, restart and snapshot time
@@ -49,6 +51,7 @@ SESSIONS=32
 INFLIGHT=8
 VALUE_BYTES=128
 ZK_HEAP=2g
+WARMUP=1
 QUICK=0
 THROUGHPUT=1
 FOOTPRINT=0
@@ -58,7 +61,7 @@ FP_RESTART=""
 WORK_DIR=""
 KEEP=0
 WRITE=0
-workloads_given=0 rounds_given=0 seconds_given=0 snap_given=0
+workloads_given=0 rounds_given=0 seconds_given=0 snap_given=0 warmup_given=0
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -70,6 +73,7 @@ while [ $# -gt 0 ]; do
   --inflight) INFLIGHT=$2; shift ;;
   --value-bytes) VALUE_BYTES=$2; shift ;;
   --zk-heap) ZK_HEAP=$2; shift ;;
+  --warmup-seconds) WARMUP=$2; warmup_given=1; shift ;;
   --snap-count) SNAP_COUNT=$2; snap_given=1; shift ;;
   --quick) QUICK=1 ;;
   --footprint) FOOTPRINT=1 ;;
@@ -96,6 +100,7 @@ if [ $QUICK = 1 ]; then
   [ $seconds_given = 1 ] || SECONDS_PER_RUN=1
   [ $workloads_given = 1 ] || WORKLOADS=create,get,set,mixed
   [ $snap_given = 1 ] || SNAP_COUNT=10000
+  [ $warmup_given = 1 ] || WARMUP=0
   FP_ZNODES=${FP_ZNODES:-20000} FP_IDLE=${FP_IDLE:-500} FP_RESTART=${FP_RESTART:-50000}
   [ $WRITE = 0 ] || die "--write-benchmarks with --quick: BENCHMARKS.md holds full runs only"
 fi
@@ -103,6 +108,7 @@ FP_ZNODES=${FP_ZNODES:-200000} FP_IDLE=${FP_IDLE:-10000} FP_RESTART=${FP_RESTART
 for n in SNAP_COUNT ROUNDS SECONDS_PER_RUN SESSIONS INFLIGHT VALUE_BYTES FP_ZNODES FP_IDLE FP_RESTART; do
   [[ ${!n} =~ ^[1-9][0-9]*$ ]] || die "$n=${!n}: expected a positive integer"
 done
+[[ $WARMUP =~ ^[0-9]+$ ]] || die "--warmup-seconds $WARMUP: expected an integer"
 IFS=, read -r -a WL <<<"$WORKLOADS"
 
 ensure_deps
@@ -127,14 +133,16 @@ log "work dir $WORK_DIR ($(findmnt -no SOURCE,FSTYPE -T "$WORK_DIR" | tr -s ' ' 
 
 FAILED=0
 
-# run_workload W NAME ROUND: one rzk-bench run; its JSON line and exit status go to runs/.
+# run_workload W NAME ROUND [SECONDS]: one rzk-bench run; its JSON line and exit
+# status go to runs/ (round "warmup" to runs/warmup/, which the report ignores).
 run_workload() {
-  local w=$1 name=$2 round=$3 kind=${SRV_KIND[$2]} base rc=0
+  local w=$1 name=$2 round=$3 secs=${4:-$SECONDS_PER_RUN} kind=${SRV_KIND[$2]} base rc=0
   base="$WORK_DIR/runs/$w.$kind.r$round"
+  [ "$round" != warmup ] || base="$WORK_DIR/runs/warmup/$w.$kind"
   # A run that hangs (a stalled server) is stopped and counted as failed.
-  timeout --kill-after=10 $((SECONDS_PER_RUN * 4 + 180)) "$RZK_BENCH_BIN" run --server "127.0.0.1:${SRV_PORT[$name]}" --workload "$w" \
+  timeout --kill-after=10 $((secs * 4 + 180)) "$RZK_BENCH_BIN" run --server "127.0.0.1:${SRV_PORT[$name]}" --workload "$w" \
     --sessions "$SESSIONS" --inflight "$INFLIGHT" --value-bytes "$VALUE_BYTES" \
-    --seconds "$SECONDS_PER_RUN" --seed "$round" --json >"$base.json" 2>"$base.err" || rc=$?
+    --seconds "$secs" --seed "${round/warmup/0}" --json >"$base.json" 2>"$base.err" || rc=$?
   echo $rc >"$base.rc"
   local summary ok=1
   summary=$(python3 "$REPO_ROOT/benches/scripts/report.py" line "$base.json") || ok=0
@@ -164,6 +172,13 @@ throughput() {
   log "ZooKeeper JVM flags: $(zk_jvm_flags "$ZK_HEAP")"
   setup_servers
   local r w first second
+  if [ "$WARMUP" -gt 0 ]; then
+    mkdir -p "$WORK_DIR/runs/warmup"
+    for w in "${WL[@]}"; do
+      run_workload "$w" zk warmup "$WARMUP"
+      run_workload "$w" rzk warmup "$WARMUP"
+    done
+  fi
   for ((r = 1; r <= ROUNDS; r++)); do
     # Alternate who goes first, so neither server always runs on a disk or page
     # cache the other has just warmed (or dirtied).
@@ -188,7 +203,7 @@ report_args=(
   --command "benches/compare.sh ${ORIG_ARGS[*]}"
   --zk-jvm "$(zk_jvm_flags "$ZK_HEAP")"
   --rzk-bin "$RZK_BIN" --bench-bin "$RZK_BENCH_BIN"
-  --rounds "$ROUNDS" --seconds "$SECONDS_PER_RUN" --sessions "$SESSIONS"
+  --rounds "$ROUNDS" --seconds "$SECONDS_PER_RUN" --warmup-seconds "$WARMUP" --sessions "$SESSIONS"
   --inflight "$INFLIGHT" --value-bytes "$VALUE_BYTES" --workloads "$WORKLOADS"
   --snap-count "$SNAP_COUNT" --fp-znodes "$FP_ZNODES" --fp-idle-sessions "$FP_IDLE" --fp-restart-znodes "$FP_RESTART"
 )

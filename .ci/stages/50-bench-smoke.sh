@@ -4,16 +4,12 @@
 # rzk-bench drives both, and that the footprint measurements (RSS, idle sessions,
 # snapshot, restart) run end to end. Quick figures only (1 round of 1 s, small
 # footprint numbers); they are printed, never written to BENCHMARKS.md.
-# Fails if any rzk-bench run fails or reports errors. About 1-2 minutes on 2 cores
-# after the build. Installs Debian's zookeeper packages if missing.
+# Fails if any rzk-bench run fails or reports errors. About 1 minute on 2 cores
+# after the build (compare.sh builds rzk-bench and rzk unless RZK_BENCH_BIN and
+# RZK_BIN are set). Installs Debian's zookeeper packages if missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
-target="${CARGO_TARGET_DIR:-$PWD/target}"
-cargo build --release -p rzk-benches --bin rzk-bench -p rzk-server
-export RZK_BENCH_BIN="$target/release/rzk-bench" RZK_BIN="$target/release/rzk"
-
 start=$(date +%s)
 benches/compare.sh --quick --footprint
 echo "50-bench-smoke: compare.sh --quick --footprint took $(($(date +%s) - start)) s"

@@ -233,6 +233,8 @@ def throughput_section(a, m, v):
         return None
     out = [SUB_THROUGHPUT, ""]
     out.append(
+        (f"Warm-up (not counted): every workload once for {a.warmup_seconds} s on each server. "
+         if a.warmup_seconds else "No warm-up. ") +
         f"Each workload ran {a.rounds} time(s) on each server for {a.seconds} s, alternating "
         "(round 1: ZooKeeper then rzk; round 2: rzk then ZooKeeper; ...); the figures are "
         f"medians over the rounds. rzk-bench: {a.sessions} sessions, {a.inflight} requests in "
@@ -433,7 +435,7 @@ def main():
     s = sub.add_parser("report")
     for k in ("work-dir", "command", "zk-jvm", "rzk-bin", "bench-bin", "workloads"):
         s.add_argument("--" + k, required=True)
-    for k in ("snap-count", "rounds", "seconds", "sessions", "inflight", "value-bytes", "fp-znodes",
+    for k in ("warmup-seconds", "snap-count", "rounds", "seconds", "sessions", "inflight", "value-bytes", "fp-znodes",
               "fp-idle-sessions", "fp-restart-znodes"):
         s.add_argument("--" + k, type=int, required=True)
     s = sub.add_parser("write")
