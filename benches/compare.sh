@@ -111,6 +111,11 @@ done
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "--warmup-seconds $WARMUP: expected an integer"
 IFS=, read -r -a WL <<<"$WORKLOADS"
 
+# The exact command for the report, with the binaries when they came from the environment.
+CMD_SHOWN="benches/compare.sh ${ORIG_ARGS[*]}"
+[ -z "${RZK_BIN:-}" ] || CMD_SHOWN="RZK_BIN=$RZK_BIN $CMD_SHOWN"
+[ -z "${RZK_BENCH_BIN:-}" ] || CMD_SHOWN="RZK_BENCH_BIN=$RZK_BENCH_BIN $CMD_SHOWN"
+
 ensure_deps
 resolve_bins
 
@@ -200,7 +205,7 @@ source "$REPO_ROOT/benches/scripts/footprint.sh"
 
 report_args=(
   --work-dir "$WORK_DIR"
-  --command "benches/compare.sh ${ORIG_ARGS[*]}"
+  --command "$CMD_SHOWN"
   --zk-jvm "$(zk_jvm_flags "$ZK_HEAP")"
   --rzk-bin "$RZK_BIN" --bench-bin "$RZK_BENCH_BIN"
   --rounds "$ROUNDS" --seconds "$SECONDS_PER_RUN" --warmup-seconds "$WARMUP" --sessions "$SESSIONS"

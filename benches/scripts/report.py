@@ -324,8 +324,10 @@ def footprint_section(a, m, v):
         "serialisation, then written, fsynced, cataloged and older history purged); ZooKeeper the \"Snapshot taken in N ms\" line that follows "
         "\"Snapshotting: 0x…\" (its background snapshot, `takeSnapshot(false)`, writes without "
         "fsync). Restart: SIGTERM, wait for the exit, then exec; timed from just before exec "
-        "until `rzk-bench wait-serving --check-path /rzk-populate --expect-children N` returns "
-        "(ZooKeeper also writes a full snapshot while starting)."
+        "until `rzk-bench wait-serving --check-path /rzk-populate-K --expect-children M` returns for "
+        "the last populated parent (populates go to parents of at most 100,000 children; every "
+        "parent's count is checked after the timing; ZooKeeper also writes a full snapshot "
+        "while starting)."
     )
     out.append("")
     out.append("| measure | ZooKeeper | rzk | rzk/ZK |")
