@@ -31,6 +31,7 @@ alternately for several rounds, and prints medians and rzk/ZooKeeper ratios.
   --fp-restart-znodes N    znodes for the restart and snapshot timing (default 1000000; quick 50000)
   --work-dir DIR           data dirs and logs (default: a new dir under /var/tmp, removed at the end)
   --keep                   keep the work dir
+  --note TEXT              a sentence printed with the results (e.g. "machine shared with builds")
   --write-benchmarks       replace the comparison section of BENCHMARKS.md with this run's results
 
 Environment: RZK_BENCH_BIN, RZK_BIN (default: built from this repository with
@@ -52,6 +53,7 @@ INFLIGHT=8
 VALUE_BYTES=128
 ZK_HEAP=2g
 WARMUP=1
+NOTE=""
 QUICK=0
 THROUGHPUT=1
 FOOTPRINT=0
@@ -73,6 +75,7 @@ while [ $# -gt 0 ]; do
   --inflight) INFLIGHT=$2; shift ;;
   --value-bytes) VALUE_BYTES=$2; shift ;;
   --zk-heap) ZK_HEAP=$2; shift ;;
+  --note) NOTE=$2; shift ;;
   --warmup-seconds) WARMUP=$2; warmup_given=1; shift ;;
   --snap-count) SNAP_COUNT=$2; snap_given=1; shift ;;
   --quick) QUICK=1 ;;
@@ -113,8 +116,9 @@ IFS=, read -r -a WL <<<"$WORKLOADS"
 
 # The exact command for the report, with the binaries when they came from the environment.
 CMD_SHOWN="benches/compare.sh ${ORIG_ARGS[*]}"
-[ -z "${RZK_BIN:-}" ] || CMD_SHOWN="RZK_BIN=$RZK_BIN $CMD_SHOWN"
-[ -z "${RZK_BENCH_BIN:-}" ] || CMD_SHOWN="RZK_BENCH_BIN=$RZK_BENCH_BIN $CMD_SHOWN"
+BINS_FROM_ENV=()
+[ -z "${RZK_BIN:-}" ] || { CMD_SHOWN="RZK_BIN=$RZK_BIN $CMD_SHOWN"; BINS_FROM_ENV=(--bins-from-env); }
+[ -z "${RZK_BENCH_BIN:-}" ] || { CMD_SHOWN="RZK_BENCH_BIN=$RZK_BENCH_BIN $CMD_SHOWN"; BINS_FROM_ENV=(--bins-from-env); }
 
 ensure_deps
 resolve_bins
@@ -205,7 +209,7 @@ source "$REPO_ROOT/benches/scripts/footprint.sh"
 
 report_args=(
   --work-dir "$WORK_DIR"
-  --command "$CMD_SHOWN"
+  --command "$CMD_SHOWN" "${BINS_FROM_ENV[@]}" --note "$NOTE"
   --zk-jvm "$(zk_jvm_flags "$ZK_HEAP")"
   --rzk-bin "$RZK_BIN" --bench-bin "$RZK_BENCH_BIN"
   --rounds "$ROUNDS" --seconds "$SECONDS_PER_RUN" --warmup-seconds "$WARMUP" --sessions "$SESSIONS"

@@ -259,10 +259,20 @@ def throughput_section(a, m, v):
             f"| {rng} | {fmt_ms(z['p50'])} | {fmt_ms(r['p50'])} | {fmt_ms(z['p99'])} "
             f"| {fmt_ms(r['p99'])} | {fmt_ratio(r['p99'], z['p99'])} | {cpu(z['cpu'])} | {cpu(r['cpu'])} |"
         )
+    out.append("")
+    out.append(LIMITS_THROUGHPUT)
     if problems:
         out.append("")
         out.append("Runs left out because they failed: " + "; ".join(problems) + ".")
     return out
+
+
+LIMITS_THROUGHPUT = (
+    "Limits: the generator runs on the same machine as the server and takes its share of the "
+    "cores (the gen CPU column); `delete` deletes 2000 pre-created znodes per session and ends "
+    "when they are gone, so its runs are shorter than the others; every run's answers are "
+    "checked by rzk-bench, and a run with any error is left out and fails the script."
+)
 
 
 def read_fp(work_dir, kind):
@@ -344,9 +354,12 @@ def run_header(a, m, v):
         f"{m['nproc']} cores ({m['cpu']}), {m['mem']} RAM, {m['disk']}; load average "
         f"{m['load']} when the report was written.",
         "",
-        f"Command: `{a.command.strip()}` ({v['rzk']} at `{v['rev']}`, rzk-bench from the "
-        "same tree).",
+        f"Command: `{a.command.strip()}` ({v['rzk']}; "
+        + ("binaries built by the script from this repository at "
+           if not a.bins_from_env else "binaries given by RZK_BIN and RZK_BENCH_BIN; repository at ")
+        + f"`{v['rev']}`).",
         "",
+    ] + ([f"Note: {a.note}", ""] if a.note else []) + [
         f"Apache ZooKeeper {v['zk']} (Debian package), ZooKeeperServerMain on {v['java']}, JVM "
         f"flags `{a.zk_jvm}`. Both servers: tickTime=2000, forceSync=yes (fsync on), "
         f"snapCount={a.snap_count}, maxClientCnxns=0, globalOutstandingLimit 1000 (default of both), "
@@ -440,6 +453,8 @@ def main():
     for k in ("warmup-seconds", "snap-count", "rounds", "seconds", "sessions", "inflight", "value-bytes", "fp-znodes",
               "fp-idle-sessions", "fp-restart-znodes"):
         s.add_argument("--" + k, type=int, required=True)
+    s.add_argument("--bins-from-env", action="store_true")
+    s.add_argument("--note", default="")
     s = sub.add_parser("write")
     s.add_argument("bench")
     s.add_argument("section")
