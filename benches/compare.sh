@@ -67,6 +67,12 @@ workloads_given=0 rounds_given=0 seconds_given=0 snap_given=0 warmup_given=0
 
 while [ $# -gt 0 ]; do
   case $1 in
+  --mode | --rounds | --seconds | --workloads | --sessions | --inflight | --value-bytes | --zk-heap | \
+    --note | --warmup-seconds | --snap-count | --fp-* | --work-dir)
+    [ $# -ge 2 ] || die "$1 needs a value"
+    ;;
+  esac
+  case $1 in
   --mode) MODE=$2; shift ;;
   --rounds) ROUNDS=$2; rounds_given=1; shift ;;
   --seconds) SECONDS_PER_RUN=$2; seconds_given=1; shift ;;
@@ -128,6 +134,8 @@ if [ -z "$WORK_DIR" ]; then
   WORK_DIR=$(mktemp -d /var/tmp/rzk-compare.XXXXXX)
 else
   mkdir -p "$WORK_DIR"
+  # The report reads every result file under it: an old run's would be counted.
+  [ -z "$(ls -A "$WORK_DIR")" ] || die "--work-dir $WORK_DIR is not empty"
 fi
 on_exit() {
   local rc=$?
