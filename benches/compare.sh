@@ -35,7 +35,7 @@ alternately for several rounds, and prints medians and rzk/ZooKeeper ratios.
   --write-benchmarks       replace the comparison section of BENCHMARKS.md with this run's results
 
 Environment: RZK_BENCH_BIN, RZK_BIN (default: built from this repository with
-`cargo build --release -p rzk-benches --bin rzk-bench -p rzk-server`), CARGO_TARGET_DIR.
+`cargo build --release -p rzk-benches -p rzk-server --bin rzk-bench --bin rzk`), CARGO_TARGET_DIR.
 Exit status: non-zero if any rzk-bench run fails or reports errors.
 EOF
 }

@@ -41,7 +41,7 @@ resolve_bins() {
     local target="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
     log "building rzk-bench and rzk (release) in $target"
     (cd "$REPO_ROOT" && CARGO_TARGET_DIR="$target" CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" \
-      cargo build --release -p rzk-benches --bin rzk-bench -p rzk-server) >&2
+      cargo build --release -p rzk-benches -p rzk-server --bin rzk-bench --bin rzk) >&2
     RZK_BENCH_BIN="${RZK_BENCH_BIN:-$target/release/rzk-bench}"
     RZK_BIN="${RZK_BIN:-$target/release/rzk}"
   fi
