@@ -1,0 +1,212 @@
+# Shared pieces of benches/compare.sh: dependencies, binaries, starting and
+# stopping Apache ZooKeeper 3.8 and rzk on free loopback ports. Sourced, not run.
+#
+# Every process started here is recorded in STARTED_PIDS and stopped by PID on
+# exit (cleanup_started); nothing else is ever signalled.
+
+# The repository this script sits in (benches/scripts/ -> repo root).
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+# Apache ZooKeeper's classpath: the Debian jar (its manifest lists its
+# dependencies) plus an slf4j binding and log4j so that the server has a log.
+ZK_JARS=/usr/share/java
+ZK_MAIN=org.apache.zookeeper.server.ZooKeeperServerMain
+
+STARTED_PIDS=()
+# snapCount of both servers (ZooKeeper's default; rzk's default is the same).
+SNAP_COUNT=${SNAP_COUNT:-100000}
+
+log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# Installs Debian's zookeeper (and java, python3) when missing. Needs root or sudo.
+ensure_deps() {
+  local need=()
+  [ -d /usr/share/zookeeper ] && [ -f "$ZK_JARS/zookeeper.jar" ] || need+=(zookeeper zookeeper-bin)
+  command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+  command -v python3 >/dev/null 2>&1 || need+=(python3)
+  [ ${#need[@]} -eq 0 ] && return 0
+  log "installing ${need[*]}"
+  local sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" apt-get install -y --no-install-recommends "${need[@]}"
+}
+
+# Sets RZK_BENCH_BIN and RZK_BIN. Either comes from the environment; a missing
+# one is built from this repository (release), so a fresh clone works.
+resolve_bins() {
+  if [ -z "${RZK_BENCH_BIN:-}" ] || [ -z "${RZK_BIN:-}" ]; then
+    local target="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
+    log "building rzk-bench and rzk (release) in $target"
+    (cd "$REPO_ROOT" && CARGO_TARGET_DIR="$target" CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" \
+      cargo build --release -p rzk-benches -p rzk-server --bin rzk-bench --bin rzk) >&2
+    RZK_BENCH_BIN="${RZK_BENCH_BIN:-$target/release/rzk-bench}"
+    RZK_BIN="${RZK_BIN:-$target/release/rzk}"
+  fi
+  [ -x "$RZK_BENCH_BIN" ] || die "RZK_BENCH_BIN=$RZK_BENCH_BIN is not an executable"
+  [ -x "$RZK_BIN" ] || die "RZK_BIN=$RZK_BIN is not an executable"
+  export RZK_BENCH_BIN RZK_BIN
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+now_ns() { date +%s%N; }
+
+# Resident set size of a process in KiB (VmRSS from /proc/<pid>/status).
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# True if the server on 127.0.0.1:$1 answers ruok with imok.
+ruok() {
+  (
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+    printf ruok >&3
+    r=""
+    IFS= read -r -t 2 -n 4 r <&3 || true
+    [ "$r" = imok ]
+  ) 2>/dev/null
+}
+
+# Server records, by name: SRV_KIND (zookeeper|rzk), SRV_DIR, SRV_PORT, SRV_PID, SRV_LOG.
+declare -A SRV_KIND SRV_DIR SRV_PORT SRV_PID SRV_LOG
+# The JVM heap of each ZooKeeper server (-Xms = -Xmx).
+declare -A ZK_HEAP_FOR
+
+# zk_jvm_flags HEAP: the JVM flags every ZooKeeper run uses (printed in the report).
+zk_jvm_flags() {
+  printf '%s' "-Xms$1 -Xmx$1 -XX:+UseG1GC -Dzookeeper.admin.enableServer=false"
+}
+
+# prepare_zookeeper NAME DIR HEAP: writes DIR/zoo.cfg and DIR/conf, records the server.
+prepare_zookeeper() {
+  local name=$1 dir=$2 heap=$3 port
+  port=$(free_port)
+  mkdir -p "$dir/data" "$dir/conf"
+  cat >"$dir/zoo.cfg" <<CFG
+tickTime=2000
+dataDir=$dir/data
+clientPort=$port
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+4lw.commands.whitelist=*
+admin.enableServer=false
+snapCount=$SNAP_COUNT
+forceSync=yes
+CFG
+  cat >"$dir/conf/log4j.properties" <<'PROPS'
+log4j.rootLogger=INFO, CONSOLE
+log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
+log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
+log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n
+PROPS
+  SRV_KIND[$name]=zookeeper SRV_DIR[$name]=$dir SRV_PORT[$name]=$port SRV_LOG[$name]=$dir/server.log
+  ZK_HEAP_FOR[$name]=$heap
+}
+
+# prepare_rzk NAME DIR: records an rzk server with its data dir under DIR.
+prepare_rzk() {
+  local name=$1 dir=$2 port
+  port=$(free_port)
+  mkdir -p "$dir/data"
+  SRV_KIND[$name]=rzk SRV_DIR[$name]=$dir SRV_PORT[$name]=$port SRV_LOG[$name]=$dir/server.log
+}
+
+# The argv of a recorded server, one word per line (into an array with mapfile).
+server_argv() {
+  local name=$1 dir=${SRV_DIR[$1]}
+  case ${SRV_KIND[$name]} in
+  zookeeper)
+    local cp="$dir/conf:$ZK_JARS/zookeeper.jar:$ZK_JARS/slf4j-log4j12.jar:$ZK_JARS/log4j-1.2.jar"
+    # shellcheck disable=SC2086
+    printf '%s\n' java $(zk_jvm_flags "${ZK_HEAP_FOR[$name]}") \
+      "-Dlog4j.configuration=file:$dir/conf/log4j.properties" -cp "$cp" "$ZK_MAIN" "$dir/zoo.cfg"
+    ;;
+  rzk)
+    printf '%s\n' "$RZK_BIN" --client-port "${SRV_PORT[$name]}" --client-port-address 127.0.0.1 \
+      --data-dir "$dir/data" --set tickTime=2000 --set maxClientCnxns=0 \
+      --set '4lw.commands.whitelist=*' --set "snapCount=$SNAP_COUNT" --set forceSync=yes
+    ;;
+  esac
+}
+
+# launch NAME T0FILE: starts the server in the background, appending to its log;
+# the wall clock in ns just before exec is written to T0FILE. Sets SRV_PID[NAME].
+launch() {
+  local name=$1 t0file=$2 argv
+  mapfile -t argv < <(server_argv "$name")
+  # The subshell writes the time and then execs, so the PID is the server's own.
+  NO_COLOR=1 RUST_LOG="${RZK_LOG:-info}" bash -c 'date +%s%N >"$1"; shift; exec "$@"' _ "$t0file" \
+    "${argv[@]}" >>"${SRV_LOG[$name]}" 2>&1 </dev/null &
+  SRV_PID[$name]=$!
+  STARTED_PIDS+=("$!")
+}
+
+# wait_serving NAME [rzk-bench wait-serving args...]: waits until the server serves
+# a session and a read (rzk-bench wait-serving); fails with the log tail if the
+# server exits or the deadline passes. Prints wait-serving's stdout (elapsed ms).
+wait_serving() {
+  local name=$1
+  shift
+  local out
+  if ! out=$("$RZK_BENCH_BIN" wait-serving --server "127.0.0.1:${SRV_PORT[$name]}" "$@"); then
+    log "$name (${SRV_KIND[$name]}, pid ${SRV_PID[$name]}) did not start serving; log tail:"
+    tail -30 "${SRV_LOG[$name]}" >&2
+    return 1
+  fi
+  printf '%s\n' "$out"
+}
+
+# start_server NAME: launches and waits until it serves (deadline 120 s).
+start_server() {
+  local name=$1
+  launch "$name" "${SRV_DIR[$name]}/t0"
+  # ruok first (cheap, and notices a server that died at once), then a real session.
+  local deadline=$(($(date +%s) + 120))
+  until ruok "${SRV_PORT[$name]}"; do
+    if ! kill -0 "${SRV_PID[$name]}" 2>/dev/null; then
+      log "$name (${SRV_KIND[$name]}) exited during startup; log tail:"
+      tail -30 "${SRV_LOG[$name]}" >&2
+      return 1
+    fi
+    [ "$(date +%s)" -lt $deadline ] || { log "$name: no imok within 120 s"; return 1; }
+    sleep 0.05
+  done
+  wait_serving "$name" --timeout-seconds 120 >/dev/null
+  log "$name: ${SRV_KIND[$name]} serving on 127.0.0.1:${SRV_PORT[$name]} (pid ${SRV_PID[$name]})"
+}
+
+# stop_pid PID [SECONDS]: SIGTERM, wait for the exit (deadline), then SIGKILL.
+stop_pid() {
+  local pid=$1 secs=${2:-60} i
+  kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < secs * 20; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "pid $pid did not exit within ${secs} s of SIGTERM; SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+
+# stop_server NAME: graceful stop, waits until the process has exited.
+stop_server() {
+  local name=$1
+  [ -n "${SRV_PID[$name]:-}" ] || return 0
+  stop_pid "${SRV_PID[$name]}" 120
+  SRV_PID[$name]=""
+}
+
+# The EXIT trap: stops every process this script started, by PID.
+cleanup_started() {
+  local pid
+  for pid in "${STARTED_PIDS[@]}"; do
+    kill -0 "$pid" 2>/dev/null && stop_pid "$pid" 20
+  done
+  return 0
+}
