@@ -15,10 +15,11 @@
 //! written, the node's old state is written first (copy-on-write, node by node),
 //! so the snapshot is exactly the tree at its zxid while writes go on.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use foldhash::{HashMap, HashMapExt};
 use rzk_wire::{Acl, ByteString, ErrorCode, SessionId, Stat};
 use rzk_zxid::Zxid;
 
