@@ -165,8 +165,29 @@ fn snapshot(c: &mut Criterion) {
         g.bench_function(format!("serialise_{}k", n / 1000), |b| {
             b.iter(|| black_box(t.snapshot_now(at, &[]).len()))
         });
+        // The longest single step of a snapshot in progress (64 nodes, what
+        // the core does per applied txn): how long one write waits for it.
+        g.bench_function(format!("step64_max_{}k", n / 1000), |b| {
+            b.iter_custom(|iters| {
+                let mut total = std::time::Duration::ZERO;
+                for _ in 0..iters {
+                    assert!(t.begin_snapshot(at, &[]));
+                    let mut max = std::time::Duration::ZERO;
+                    loop {
+                        let start = std::time::Instant::now();
+                        let done = t.snapshot_step(64);
+                        max = max.max(start.elapsed());
+                        if done.is_some() {
+                            break;
+                        }
+                    }
+                    total += max;
+                }
+                total
+            })
+        });
         g.bench_function(format!("load_{}k", n / 1000), |b| {
-            b.iter(|| black_box(DataTree::load_snapshot(&bytes).unwrap().0.node_count()))
+            b.iter_with_large_drop(|| DataTree::load_snapshot(&bytes).unwrap().0)
         });
     }
     g.finish();
