@@ -324,7 +324,8 @@ impl DataTree {
                 self.insert_raw(p, node).ok_or_else(orphan)?;
                 continue;
             }
-            let parent_path = path::parent(p).ok_or_else(orphan)?;
+            let slash = p.rfind('/').ok_or_else(orphan)?;
+            let (parent_path, name) = (if slash == 0 { "/" } else { &p[..slash] }, &p[slash + 1..]);
             let parent_idx = match parent {
                 Some((pp, idx)) if pp == parent_path => idx,
                 _ => {
@@ -341,20 +342,22 @@ impl DataTree {
                     idx
                 }
             };
-            let name = path::name(p);
+            // One hash of the name: the slot is taken first, and given back if
+            // the name is a repeat.
+            let idx = self.alloc();
             let children = self
                 .node_mut(parent_idx)
                 .children
                 .get_or_insert_with(Default::default);
-            if children.contains_key(name) {
-                return Err(orphan());
+            match children.entry(name.into()) {
+                std::collections::hash_map::Entry::Occupied(_) => {
+                    self.free.push(idx);
+                    return Err(orphan());
+                }
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(idx);
+                }
             }
-            let idx = self.alloc();
-            self.node_mut(parent_idx)
-                .children
-                .as_mut()
-                .expect("made above")
-                .insert(name.into(), idx);
             self.index_owner(p, node.owner);
             self.data_bytes += p.len() as u64 + node.data.as_ref().map_or(0, |d| d.len() as u64);
             self.node_count += 1;
