@@ -122,15 +122,15 @@ async fn read_loop(
                 _global: g,
             },
             _ => tokio::select! {
-            p = async {
-                let c = conn_slots.clone().acquire_owned().await;
-                let g = ctx.global.clone().acquire_owned().await;
-                (c, g)
-            } => match p {
-                (Ok(c), Ok(g)) => Permit { _conn: c, _global: g },
-                _ => return,
-            },
-            _ = outbox.cancel.cancelled() => return,
+                p = async {
+                    let c = conn_slots.clone().acquire_owned().await;
+                    let g = ctx.global.clone().acquire_owned().await;
+                    (c, g)
+                } => match p {
+                    (Ok(c), Ok(g)) => Permit { _conn: c, _global: g },
+                    _ => return,
+                },
+                _ = outbox.cancel.cancelled() => return,
             },
         };
         let item = tokio::select! {

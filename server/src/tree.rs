@@ -342,27 +342,36 @@ impl DataTree {
                     idx
                 }
             };
-            // One hash of the name: the slot is taken first, and given back if
-            // the name is a repeat.
-            let idx = self.alloc();
-            let children = self
-                .node_mut(parent_idx)
-                .children
-                .get_or_insert_with(Default::default);
-            match children.entry(name.into()) {
-                std::collections::hash_map::Entry::Occupied(_) => {
-                    self.free.push(idx);
-                    return Err(orphan());
-                }
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(idx);
-                }
-            }
-            self.index_owner(p, node.owner);
-            self.data_bytes += p.len() as u64 + node.data.as_ref().map_or(0, |d| d.len() as u64);
-            self.node_count += 1;
-            self.nodes[idx as usize] = Some(node);
+            self.insert_child(parent_idx, p, name, node)
+                .map_err(|()| orphan())?;
         }
+        Ok(())
+    }
+
+    /// Inserts `node` (path `p`, last component `name`) under the node at
+    /// `parent_idx`, without touching the parent's counters (snapshot load).
+    /// Fails if the parent has a child of that name.
+    fn insert_child(&mut self, parent_idx: u32, p: &str, name: &str, node: Node) -> Result<(), ()> {
+        // One hash of the name: the slot is taken first, and given back if the
+        // name is a repeat.
+        let idx = self.alloc();
+        let children = self
+            .node_mut(parent_idx)
+            .children
+            .get_or_insert_with(Default::default);
+        match children.entry(name.into()) {
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.free.push(idx);
+                return Err(());
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(idx);
+            }
+        }
+        self.index_owner(p, node.owner);
+        self.data_bytes += p.len() as u64 + node.data.as_ref().map_or(0, |d| d.len() as u64);
+        self.node_count += 1;
+        self.nodes[idx as usize] = Some(node);
         Ok(())
     }
 
@@ -749,10 +758,19 @@ impl DataTree {
         }
         let mut tree = DataTree::empty();
         let mut acl_table: Vec<Arc<[Acl]>> = Vec::new();
-        // Records come in DFS order with copy-on-write records anywhere: insert
-        // by depth so that every parent exists before its children. Paths are
-        // borrowed from `bytes`, not copied.
-        let mut by_depth: Vec<Vec<(&str, Node)>> = Vec::new();
+        // Records come in DFS order, so a node's parent is almost always in
+        // the tree already: insert it at once. Copy-on-write records can come
+        // before their parent; they wait, by depth, and go in after the
+        // stream (every parent before its children). Paths are borrowed from
+        // `bytes`, not copied.
+        let declared_hint = bytes.len().checked_sub(8).map_or(0, |at| {
+            u64::from_be_bytes(bytes[at..].try_into().expect("8 bytes"))
+        });
+        tree.nodes
+            .reserve_exact(declared_hint.min(bytes.len() as u64 / 64) as usize);
+        let mut deferred: Vec<Vec<(&str, Node)>> = Vec::new();
+        let mut parent: Option<(&str, u32)> = None;
+        let mut sized = Vec::new();
         let mut records = 0u64;
         loop {
             match txn::get_u8(&mut r)? {
@@ -781,16 +799,44 @@ impl DataTree {
             node.aversion = txn::get_i32(&mut r)?;
             node.ccount = txn::get_i32(&mut r)?;
             node.owner = txn::get_i64(&mut r)?;
-            let depth = if p == "/" {
-                0
-            } else {
-                p.bytes().filter(|&b| b == b'/').count()
-            };
-            if by_depth.len() <= depth {
-                by_depth.resize_with(depth + 1, Vec::new);
-            }
-            by_depth[depth].push((p, node));
             records += 1;
+            let orphan = || TxnError(format!("snapshot node {p} has no parent or is repeated"));
+            let Some(slash) = p.rfind('/') else {
+                return Err(orphan());
+            };
+            if p == "/" {
+                tree.insert_raw(p, node).ok_or_else(orphan)?;
+                continue;
+            }
+            let parent_path = if slash == 0 { "/" } else { &p[..slash] };
+            let found = match parent {
+                Some((pp, idx)) if pp == parent_path => Some(idx),
+                _ => tree.lookup(parent_path),
+            };
+            let Some(parent_idx) = found else {
+                let depth = p.bytes().filter(|&b| b == b'/').count();
+                if deferred.len() <= depth {
+                    deferred.resize_with(depth + 1, Vec::new);
+                }
+                deferred[depth].push((p, node));
+                continue;
+            };
+            parent = Some((parent_path, parent_idx));
+            let pn = tree.node_mut(parent_idx);
+            if pn.children.is_none() {
+                // Sized once for the children it can have: at most its create
+                // count, and at most the records still to come. Too large a
+                // guess is given back below.
+                let room = (pn.ccount.max(0) as u64).min(declared_hint.saturating_sub(records));
+                if room > 0 {
+                    let mut map = HashMap::new();
+                    map.reserve(room as usize);
+                    pn.children = Some(Box::new(map));
+                    sized.push(parent_idx);
+                }
+            }
+            tree.insert_child(parent_idx, p, &p[slash + 1..], node)
+                .map_err(|()| orphan())?;
         }
         let declared = txn::get_i64(&mut r)? as u64;
         if declared != records {
@@ -798,9 +844,15 @@ impl DataTree {
                 "snapshot declares {declared} nodes, holds {records}"
             )));
         }
-        tree.nodes.reserve_exact(records as usize);
-        for level in by_depth {
+        for level in deferred {
             tree.insert_level(level)?;
+        }
+        for idx in sized {
+            if let Some(children) = tree.node_mut(idx).children.as_mut() {
+                if children.capacity() > 2 * children.len() + 16 {
+                    children.shrink_to_fit();
+                }
+            }
         }
         if tree.nodes.is_empty() {
             return Err(TxnError("snapshot has no root".into()));
@@ -993,6 +1045,26 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(DataTree::load_snapshot(&bytes[..cut]).is_err());
         }
+    }
+
+    #[test]
+    fn snapshot_load_takes_records_that_come_before_their_parent() {
+        // Copy-on-write writes a node when it changes, which can be before the
+        // walk has reached its parent: the loader must hold such records back
+        // until the parent is in (it inserts the others as they come).
+        let mut t = DataTree::new();
+        t.create("/a", None, &open(), 0, 1, 1).unwrap();
+        t.create("/a/b", None, &open(), 0, 2, 1).unwrap();
+        t.create("/a/b/c", Some(Bytes::from_static(b"c")), &open(), 0, 3, 1)
+            .unwrap();
+        let expected = t.dump();
+        assert!(t.begin_snapshot(Zxid::from_u64(3), &[]));
+        t.set_data("/a/b/c", None, 4, 2).unwrap(); // written first, parent unknown
+        t.set_data("/a/b", None, 5, 2).unwrap();
+        let bytes = t.snapshot_now(Zxid::from_u64(3), &[]);
+        let (loaded, _, _) = DataTree::load_snapshot(&bytes).unwrap();
+        assert_eq!(loaded.dump(), expected);
+        assert_eq!(loaded.node_count(), expected.len());
     }
 
     #[test]
