@@ -291,7 +291,7 @@ pub fn masked(acl: &[Acl]) -> Vec<Acl> {
 /// allocation (ZooKeeper's reference-counted ACL cache does the same).
 #[derive(Debug, Default)]
 pub struct AclInterner {
-    lists: std::collections::HashSet<Arc<[Acl]>>,
+    lists: foldhash::HashSet<Arc<[Acl]>>,
 }
 
 impl AclInterner {

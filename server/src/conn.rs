@@ -22,6 +22,12 @@ use crate::fourlw;
 use crate::outbox::{Next, Outbox};
 use crate::watch::ConnId;
 
+/// The read buffer a connection starts with. tokio-util's default is 8 KiB,
+/// which was most of an idle session's memory; a larger frame makes the codec
+/// reserve what it needs, and a busy pipelined client is read in several
+/// smaller reads instead of one.
+const READ_BUFFER_BYTES_INITIAL: usize = 1024;
+
 /// What every connection needs to know.
 #[derive(Debug)]
 pub(crate) struct ConnCtx {
@@ -45,7 +51,11 @@ pub(crate) async fn serve(stream: TcpStream, peer: SocketAddr, id: ConnId, ctx: 
     let (rd, wr) = stream.into_split();
     let outbox = Arc::new(Outbox::new(ctx.outgoing_bytes_max));
     let writer = tokio::spawn(write_loop(wr, outbox.clone()));
-    let mut framed = FramedRead::new(rd, ServerCodec::with_frame_bytes_max(ctx.frame_bytes_max));
+    let mut framed = FramedRead::with_capacity(
+        rd,
+        ServerCodec::with_frame_bytes_max(ctx.frame_bytes_max),
+        READ_BUFFER_BYTES_INITIAL,
+    );
     let first = tokio::select! {
         r = tokio::time::timeout(ctx.sessionless_timeout, framed.next()) => r,
         _ = outbox.cancel.cancelled() => Ok(None),
@@ -102,16 +112,26 @@ async fn read_loop(
     loop {
         // Backpressure: the next request is read only once it has a slot on
         // this connection and on the server (I7).
-        let permit = tokio::select! {
-            p = async {
-                let c = conn_slots.clone().acquire_owned().await;
-                let g = ctx.global.clone().acquire_owned().await;
-                (c, g)
-            } => match p {
-                (Ok(c), Ok(g)) => Permit { _conn: c, _global: g },
-                _ => return,
+        let permit = match (
+            conn_slots.clone().try_acquire_owned(),
+            ctx.global.clone().try_acquire_owned(),
+        ) {
+            // The common case, without a future per request.
+            (Ok(c), Ok(g)) => Permit {
+                _conn: c,
+                _global: g,
             },
-            _ = outbox.cancel.cancelled() => return,
+            _ => tokio::select! {
+                p = async {
+                    let c = conn_slots.clone().acquire_owned().await;
+                    let g = ctx.global.clone().acquire_owned().await;
+                    (c, g)
+                } => match p {
+                    (Ok(c), Ok(g)) => Permit { _conn: c, _global: g },
+                    _ => return,
+                },
+                _ = outbox.cancel.cancelled() => return,
+            },
         };
         let item = tokio::select! {
             item = framed.next() => item,

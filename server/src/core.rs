@@ -16,12 +16,13 @@
 //!   the only writer of outboxes, so on every connection the events of a write
 //!   come before the reply to that write and before any later reply (§10.3).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
+use foldhash::{HashMap, HashMapExt};
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use rzk_quorum::{CommitStream, Committed, Proposal, ReplicateError, Replicator};
@@ -274,6 +275,9 @@ pub(crate) struct Core {
     pub(crate) applied: Zxid,
     next_session_id: i64,
     txns_since_snapshot: u64,
+    /// Applied txns after which the next snapshot starts: between half of
+    /// snapCount and snapCount, drawn again after each snapshot.
+    snapshot_after_txns: u64,
     /// Proposals not yet resolved: watched only for failures, since the commit
     /// stream delivers the successes.
     proposals: FuturesUnordered<Proposal>,
@@ -286,6 +290,14 @@ pub(crate) struct Core {
 }
 
 /// Wall-clock ms since the epoch: ZooKeeper's ctime/mtime.
+/// When the next snapshot starts, in applied txns: as ZooKeeper does,
+/// snapCount/2 plus a random share of snapCount/2, so that the members of an
+/// ensemble (which apply the same txns) do not all snapshot at once.
+fn snapshot_trigger(snap_count: u64) -> u64 {
+    let half = snap_count / 2;
+    (half + rand::random_range(0..=snap_count - half)).max(1)
+}
+
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -333,6 +345,7 @@ impl Core {
             .take_commits()
             .ok_or_else(|| CoreError::Commits("already taken".into()))?;
         let base = ((cfg.server_id as i64) << 56) | (((now_ms() << 24) as u64) >> 8) as i64;
+        let snapshot_after_txns = snapshot_trigger(cfg.server.snap_count);
         let mut core = Core {
             prep: Prep::new(cfg.server.extended_types_enabled),
             cfg,
@@ -347,6 +360,7 @@ impl Core {
             applied: Zxid::ZERO,
             next_session_id: base,
             txns_since_snapshot: 0,
+            snapshot_after_txns,
             proposals: FuturesUnordered::new(),
             snapshot_saves: FuturesUnordered::new(),
             syncs: FuturesUnordered::new(),
@@ -1389,8 +1403,7 @@ impl Core {
             self.snapshot_step_nodes(SNAPSHOT_NODES_PER_TXN);
         }
         self.txns_since_snapshot += 1;
-        if self.txns_since_snapshot >= self.cfg.server.snap_count
-            && !self.tree.snapshot_in_progress()
+        if self.txns_since_snapshot >= self.snapshot_after_txns && !self.tree.snapshot_in_progress()
         {
             self.begin_snapshot();
         }
@@ -1513,6 +1526,7 @@ impl Core {
         if self.tree.begin_snapshot(self.applied, &sessions) {
             tracing::info!(zxid = %self.applied, nodes = self.tree.node_count(), "snapshot started");
             self.txns_since_snapshot = 0;
+            self.snapshot_after_txns = snapshot_trigger(self.cfg.server.snap_count);
         }
     }
 

@@ -5,10 +5,10 @@
 //! Validation order and error codes follow doc §7 op by op; the order decides
 //! which error a request that is wrong in several ways gets.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use foldhash::{HashMap, HashMapExt};
 use rzk_wire::{
     Acl, CheckVersionRequest, CreateMode, CreateRequest, CreateTtlRequest, DeleteRequest,
     ErrorCode, MultiOp, OpCode, Perms, SetAclRequest, SetDataRequest,

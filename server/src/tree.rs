@@ -15,10 +15,11 @@
 //! written, the node's old state is written first (copy-on-write, node by node),
 //! so the snapshot is exactly the tree at its zxid while writes go on.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use foldhash::{HashMap, HashMapExt};
 use rzk_wire::{Acl, ByteString, ErrorCode, SessionId, Stat};
 use rzk_zxid::Zxid;
 
@@ -164,12 +165,58 @@ struct SnapWriter {
     gen: u32,
     /// The zxid the snapshot is consistent at.
     zxid: u64,
-    /// Nodes still to visit, with their paths (a DFS from the root).
-    stack: Vec<(u32, String)>,
+    /// The DFS from the root: one frame per node whose children are still
+    /// being visited.
+    frames: Vec<SnapFrame>,
+    /// Whether the DFS has started (visited the root).
+    root_visited: bool,
     out: BytesMut,
     /// ACL lists written so far, by their address, and their snapshot ids.
     acl_refs: HashMap<usize, u32>,
     records: u64,
+}
+
+/// A node whose children a snapshot is visiting.
+///
+/// The children's names are copied into one buffer when the frame is made
+/// (one allocation, not one `String` per child): a parent with a million
+/// children costs one pass over its map, and each later step takes a few
+/// children off the end.
+#[derive(Debug)]
+struct SnapFrame {
+    /// The parent's path.
+    path: String,
+    /// The children's names, back to back.
+    names: String,
+    /// Each child's slab index and the end of its name in `names` (its start
+    /// is the previous child's end).
+    kids: Vec<(u32, u32)>,
+}
+
+impl SnapFrame {
+    fn new(path: String, children: &HashMap<Box<str>, u32>) -> SnapFrame {
+        let mut names = String::with_capacity(children.keys().map(|k| k.len()).sum());
+        let mut kids = Vec::with_capacity(children.len());
+        for (name, idx) in children {
+            names.push_str(name);
+            kids.push((*idx, names.len() as u32));
+        }
+        SnapFrame { path, names, kids }
+    }
+
+    /// The next child to visit and its path, written into `path`.
+    fn pop(&mut self, path: &mut String) -> Option<u32> {
+        let (idx, end) = self.kids.pop()?;
+        let start = self.kids.last().map_or(0, |k| k.1);
+        path.clear();
+        path.push_str(&self.path);
+        if self.path != "/" {
+            path.push('/');
+        }
+        path.push_str(&self.names[start as usize..end as usize]);
+        self.names.truncate(start as usize);
+        Some(idx)
+    }
 }
 
 /// The data tree.
@@ -192,6 +239,11 @@ pub struct DataTree {
 
 const ROOT: u32 = 0;
 const SNAP_MAGIC: &[u8; 8] = b"RZKSNAP1";
+/// Magic, zxid, session count and the end marker.
+const SNAP_HEADER_BYTES: usize = 8 + 8 + 4 + 9;
+/// A record's bytes besides its path and data: tag, two lengths, ACL ref and
+/// the stored Stat fields.
+const SNAP_RECORD_FIXED_BYTES: usize = 1 + 4 + 4 + 4 + 5 * 8 + 3 * 4 + 8;
 
 impl Default for DataTree {
     fn default() -> Self {
@@ -258,6 +310,69 @@ impl DataTree {
         self.node_count += 1;
         self.nodes[idx as usize] = Some(node);
         Some(idx)
+    }
+
+    /// Inserts the nodes of one depth of a snapshot being loaded. Siblings
+    /// come together (the snapshot is a DFS), so the parent is looked up once
+    /// per run of siblings and its children map is sized for the run at once.
+    fn insert_level(&mut self, level: Vec<(&str, Node)>) -> Result<(), TxnError> {
+        let paths: Vec<&str> = level.iter().map(|(p, _)| *p).collect();
+        let mut parent: Option<(&str, u32)> = None;
+        for (i, (p, node)) in level.into_iter().enumerate() {
+            let orphan = || TxnError(format!("snapshot node {p} has no parent or is repeated"));
+            if p == "/" {
+                self.insert_raw(p, node).ok_or_else(orphan)?;
+                continue;
+            }
+            let slash = p.rfind('/').ok_or_else(orphan)?;
+            let (parent_path, name) = (if slash == 0 { "/" } else { &p[..slash] }, &p[slash + 1..]);
+            let parent_idx = match parent {
+                Some((pp, idx)) if pp == parent_path => idx,
+                _ => {
+                    let idx = self.lookup(parent_path).ok_or_else(orphan)?;
+                    let run = paths[i..]
+                        .iter()
+                        .take_while(|q| path::parent(q) == Some(parent_path))
+                        .count();
+                    self.node_mut(idx)
+                        .children
+                        .get_or_insert_with(Default::default)
+                        .reserve(run);
+                    parent = Some((parent_path, idx));
+                    idx
+                }
+            };
+            self.insert_child(parent_idx, p, name, node)
+                .map_err(|()| orphan())?;
+        }
+        Ok(())
+    }
+
+    /// Inserts `node` (path `p`, last component `name`) under the node at
+    /// `parent_idx`, without touching the parent's counters (snapshot load).
+    /// Fails if the parent has a child of that name.
+    fn insert_child(&mut self, parent_idx: u32, p: &str, name: &str, node: Node) -> Result<(), ()> {
+        // One hash of the name: the slot is taken first, and given back if the
+        // name is a repeat.
+        let idx = self.alloc();
+        let children = self
+            .node_mut(parent_idx)
+            .children
+            .get_or_insert_with(Default::default);
+        match children.entry(name.into()) {
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.free.push(idx);
+                return Err(());
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(idx);
+            }
+        }
+        self.index_owner(p, node.owner);
+        self.data_bytes += p.len() as u64 + node.data.as_ref().map_or(0, |d| d.len() as u64);
+        self.node_count += 1;
+        self.nodes[idx as usize] = Some(node);
+        Ok(())
     }
 
     fn alloc(&mut self) -> u32 {
@@ -513,7 +628,14 @@ impl DataTree {
             return false;
         }
         self.snap_gen = self.snap_gen.wrapping_add(1);
-        let mut out = BytesMut::with_capacity(1 << 16);
+        // Sized once from the tree (a record is its path, its data and about
+        // 70 bytes): the buffer does not grow by copies while nodes are written,
+        // and the pages it does not use are never touched.
+        let estimate = SNAP_HEADER_BYTES
+            + sessions.len() * 28
+            + self.data_bytes as usize
+            + self.node_count * SNAP_RECORD_FIXED_BYTES;
+        let mut out = BytesMut::with_capacity(estimate + estimate / 16);
         out.put_slice(SNAP_MAGIC);
         out.put_u64(zxid.as_u64());
         out.put_u32(sessions.len() as u32);
@@ -525,7 +647,8 @@ impl DataTree {
         self.snap = Some(SnapWriter {
             gen: self.snap_gen,
             zxid: zxid.as_u64(),
-            stack: vec![(ROOT, "/".to_owned())],
+            frames: Vec::new(),
+            root_visited: false,
             out,
             acl_refs: HashMap::new(),
             records: 0,
@@ -537,12 +660,27 @@ impl DataTree {
     /// finished snapshot (its zxid and bytes) when the last node is written.
     pub fn snapshot_step(&mut self, budget: usize) -> Option<(Zxid, Bytes)> {
         let mut snap = self.snap.take()?;
+        let mut p = String::new();
         for _ in 0..budget {
-            let Some((idx, p)) = snap.stack.pop() else {
-                break;
+            let idx = if !snap.root_visited {
+                snap.root_visited = true;
+                p.clear();
+                p.push('/');
+                ROOT
+            } else {
+                let Some(frame) = snap.frames.last_mut() else {
+                    break;
+                };
+                match frame.pop(&mut p) {
+                    Some(idx) => idx,
+                    None => {
+                        snap.frames.pop();
+                        continue;
+                    }
+                }
             };
             let Some(node) = self.nodes.get_mut(idx as usize).and_then(Option::as_mut) else {
-                continue; // deleted since it was pushed (its old state is written)
+                continue; // deleted since its parent was visited (its old state is written)
             };
             if node.czxid > snap.zxid {
                 continue; // created after the snapshot's zxid, and so is all below it
@@ -552,12 +690,10 @@ impl DataTree {
                 write_record(&mut snap, &p, node);
             }
             if let Some(children) = node.children.as_ref() {
-                for (name, child) in children.iter() {
-                    snap.stack.push((*child, path::join(&p, name)));
-                }
+                snap.frames.push(SnapFrame::new(p.clone(), children));
             }
         }
-        if !snap.stack.is_empty() {
+        if !snap.frames.is_empty() || !snap.root_visited {
             self.snap = Some(snap);
             return None;
         }
@@ -622,9 +758,19 @@ impl DataTree {
         }
         let mut tree = DataTree::empty();
         let mut acl_table: Vec<Arc<[Acl]>> = Vec::new();
-        // Records come in DFS order with copy-on-write records anywhere: insert
-        // by depth so that every parent exists before its children.
-        let mut by_depth: Vec<Vec<(String, Node)>> = Vec::new();
+        // Records come in DFS order, so a node's parent is almost always in
+        // the tree already: insert it at once. Copy-on-write records can come
+        // before their parent; they wait, by depth, and go in after the
+        // stream (every parent before its children). Paths are borrowed from
+        // `bytes`, not copied.
+        let declared_hint = bytes.len().checked_sub(8).map_or(0, |at| {
+            u64::from_be_bytes(bytes[at..].try_into().expect("8 bytes"))
+        });
+        tree.nodes
+            .reserve_exact(declared_hint.min(bytes.len() as u64 / 64) as usize);
+        let mut deferred: Vec<Vec<(&str, Node)>> = Vec::new();
+        let mut parent: Option<(&str, u32)> = None;
+        let mut sized = Vec::new();
         let mut records = 0u64;
         loop {
             match txn::get_u8(&mut r)? {
@@ -632,7 +778,7 @@ impl DataTree {
                 1 => {}
                 t => return Err(TxnError(format!("unknown snapshot record {t}"))),
             }
-            let p = txn::get_str(&mut r)?;
+            let p = txn::get_str_ref(&mut r)?;
             let data = txn::get_buf(&mut r)?;
             let acl_ref = txn::get_u32(&mut r)? as usize;
             if acl_ref == acl_table.len() {
@@ -653,12 +799,44 @@ impl DataTree {
             node.aversion = txn::get_i32(&mut r)?;
             node.ccount = txn::get_i32(&mut r)?;
             node.owner = txn::get_i64(&mut r)?;
-            let depth = if p == "/" { 0 } else { p.matches('/').count() };
-            if by_depth.len() <= depth {
-                by_depth.resize_with(depth + 1, Vec::new);
-            }
-            by_depth[depth].push((p, node));
             records += 1;
+            let orphan = || TxnError(format!("snapshot node {p} has no parent or is repeated"));
+            let Some(slash) = p.rfind('/') else {
+                return Err(orphan());
+            };
+            if p == "/" {
+                tree.insert_raw(p, node).ok_or_else(orphan)?;
+                continue;
+            }
+            let parent_path = if slash == 0 { "/" } else { &p[..slash] };
+            let found = match parent {
+                Some((pp, idx)) if pp == parent_path => Some(idx),
+                _ => tree.lookup(parent_path),
+            };
+            let Some(parent_idx) = found else {
+                let depth = p.bytes().filter(|&b| b == b'/').count();
+                if deferred.len() <= depth {
+                    deferred.resize_with(depth + 1, Vec::new);
+                }
+                deferred[depth].push((p, node));
+                continue;
+            };
+            parent = Some((parent_path, parent_idx));
+            let pn = tree.node_mut(parent_idx);
+            if pn.children.is_none() {
+                // Sized once for the children it can have: at most its create
+                // count, and at most the records still to come. Too large a
+                // guess is given back below.
+                let room = (pn.ccount.max(0) as u64).min(declared_hint.saturating_sub(records));
+                if room > 0 {
+                    let mut map = HashMap::new();
+                    map.reserve(room as usize);
+                    pn.children = Some(Box::new(map));
+                    sized.push(parent_idx);
+                }
+            }
+            tree.insert_child(parent_idx, p, &p[slash + 1..], node)
+                .map_err(|()| orphan())?;
         }
         let declared = txn::get_i64(&mut r)? as u64;
         if declared != records {
@@ -666,12 +844,13 @@ impl DataTree {
                 "snapshot declares {declared} nodes, holds {records}"
             )));
         }
-        for level in by_depth {
-            for (p, node) in level {
-                if tree.insert_raw(&p, node).is_none() {
-                    return Err(TxnError(format!(
-                        "snapshot node {p} has no parent or is repeated"
-                    )));
+        for level in deferred {
+            tree.insert_level(level)?;
+        }
+        for idx in sized {
+            if let Some(children) = tree.node_mut(idx).children.as_mut() {
+                if children.capacity() > 2 * children.len() + 16 {
+                    children.shrink_to_fit();
                 }
             }
         }
@@ -866,6 +1045,26 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(DataTree::load_snapshot(&bytes[..cut]).is_err());
         }
+    }
+
+    #[test]
+    fn snapshot_load_takes_records_that_come_before_their_parent() {
+        // Copy-on-write writes a node when it changes, which can be before the
+        // walk has reached its parent: the loader must hold such records back
+        // until the parent is in (it inserts the others as they come).
+        let mut t = DataTree::new();
+        t.create("/a", None, &open(), 0, 1, 1).unwrap();
+        t.create("/a/b", None, &open(), 0, 2, 1).unwrap();
+        t.create("/a/b/c", Some(Bytes::from_static(b"c")), &open(), 0, 3, 1)
+            .unwrap();
+        let expected = t.dump();
+        assert!(t.begin_snapshot(Zxid::from_u64(3), &[]));
+        t.set_data("/a/b/c", None, 4, 2).unwrap(); // written first, parent unknown
+        t.set_data("/a/b", None, 5, 2).unwrap();
+        let bytes = t.snapshot_now(Zxid::from_u64(3), &[]);
+        let (loaded, _, _) = DataTree::load_snapshot(&bytes).unwrap();
+        assert_eq!(loaded.dump(), expected);
+        assert_eq!(loaded.node_count(), expected.len());
     }
 
     #[test]

@@ -354,6 +354,16 @@ pub(crate) fn get_str(r: &mut &[u8]) -> Result<String, TxnError> {
     Ok(s)
 }
 
+/// A string borrowed from the input (no copy).
+pub(crate) fn get_str_ref<'a>(r: &mut &'a [u8]) -> Result<&'a str, TxnError> {
+    let n = get_u32(r)? as usize;
+    need(r, n)?;
+    let (s, rest) = r.split_at(n);
+    let s = std::str::from_utf8(s).map_err(|e| TxnError(format!("bad UTF-8: {e}")))?;
+    *r = rest;
+    Ok(s)
+}
+
 pub(crate) fn get_buf(r: &mut &[u8]) -> Result<Option<Bytes>, TxnError> {
     let n = get_i32(r)?;
     if n < 0 {

@@ -10,7 +10,7 @@
 //! path's pointer in the connection's set (16-byte `Arc<str>` plus hash-table
 //! overhead), the path text itself being shared by all watchers of that path.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 use std::sync::Arc;
 
 use rzk_wire::WatcherType;

@@ -27,6 +27,15 @@ const MAGIC: &[u8; 8] = b"RZKSNAP1";
 const END_MAGIC: &[u8; 4] = b"RZKE";
 const HEADER_BYTES: usize = 24;
 const TRAILER_BYTES: usize = 16;
+/// A snapshot being written is made durable this many bytes at a time.
+///
+/// Why: on ext4 (data=ordered, delayed allocation) the blocks of a large file
+/// are allocated when it is written back, and the next journal commit must
+/// wait for all of that data. A snapshot of hundreds of MB written in one go
+/// and synced at the end therefore holds the log's fdatasync (and so every
+/// write) for as long as the disk takes to write the whole snapshot, 0.5-0.9 s
+/// at 1M nodes. Syncing every few MB bounds what a log commit can wait for.
+const SYNC_EVERY_BYTES: u64 = 4 << 20;
 
 /// A snapshot in the catalog.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +87,7 @@ pub(crate) fn write_snapshot(
     out.write_all(&header)
         .map_err(|e| WalError::io("write", &tmp, e))?;
     let mut len = 0u64;
+    let mut unsynced = 0u64;
     let mut chunk = vec![0u8; 1 << 20];
     loop {
         let n = match data.read(&mut chunk) {
@@ -90,6 +100,14 @@ pub(crate) fn write_snapshot(
         len += n as u64;
         out.write_all(&chunk[..n])
             .map_err(|e| WalError::io("write", &tmp, e))?;
+        unsynced += n as u64;
+        if unsynced >= SYNC_EVERY_BYTES {
+            out.flush().map_err(|e| WalError::io("write", &tmp, e))?;
+            syncer
+                .sync_data(out.get_ref(), &tmp)
+                .map_err(|e| WalError::io("fsync", &tmp, e))?;
+            unsynced = 0;
+        }
     }
     let len_bytes = len.to_le_bytes();
     crc = crc32c::crc32c_append(crc, &len_bytes);
