@@ -373,21 +373,18 @@ async fn read_replies(
             .lock()
             .expect("pending lock")
             .front()
-            .map(|p| (p.sent, p.opcode, p.expect.path().to_owned()));
+            .map(|p| p.sent);
         if oldest.is_none() && shared.writer_done.load(Ordering::Acquire) {
             return Ok(());
         }
-        let deadline = match &oldest {
-            Some((sent, _, _)) => *sent + silence_max,
-            None => Instant::now() + silence_max,
-        };
+        let deadline = oldest.unwrap_or_else(Instant::now) + silence_max;
         rbuf.reserve(64 * 1024);
         tokio::select! {
             biased;
             read = tokio::time::timeout_at(deadline.into(), reader.read_buf(rbuf)) => match read {
                 // With nothing outstanding, nothing is late.
-                Err(_) => if let Some((_, op, path)) = oldest {
-                    return Err(format!("no reply for {} ms to {} {path}", silence_max.as_millis(), op.zk_name()));
+                Err(_) => if oldest.is_some() {
+                    return Err(late_message(shared, silence_max));
                 },
                 Ok(Err(e)) => return Err(format!("read failed: {e}")),
                 Ok(Ok(0)) => return Err("the server closed the connection".into()),
@@ -395,6 +392,21 @@ async fn read_replies(
             },
             _ = shared.wake_reader.notified() => {}
         }
+    }
+}
+
+/// The message for a request left unanswered for `silence_max` (built only
+/// then: the hot path formats nothing).
+fn late_message(shared: &Shared, silence_max: Duration) -> String {
+    let pending = shared.pending.lock().expect("pending lock");
+    match pending.front() {
+        Some(p) => format!(
+            "no reply for {} ms to {} {}",
+            silence_max.as_millis(),
+            p.opcode.zk_name(),
+            p.expect.path()
+        ),
+        None => format!("no reply for {} ms", silence_max.as_millis()),
     }
 }
 
