@@ -121,7 +121,22 @@ done
 IFS=, read -r -a WL <<<"$WORKLOADS"
 
 # The exact command for the report, with the binaries when they came from the environment.
-CMD_SHOWN="benches/compare.sh ${ORIG_ARGS[*]}"
+# shell_word ARG: ARG quoted so that a shell reads it back as one word.
+shell_word() {
+  if [[ $1 =~ ^[A-Za-z0-9_./,:=@+-]+$ ]]; then
+    printf '%s' "$1"
+  elif [[ $1 != *"'"* ]]; then
+    printf "'%s'" "$1"
+  else
+    local e=${1//\\/\\\\}
+    e=${e//\"/\\\"}
+    e=${e//\$/\\\$}
+    e=${e//\`/\\\`}
+    printf '"%s"' "$e"
+  fi
+}
+CMD_SHOWN="benches/compare.sh"
+for a in "${ORIG_ARGS[@]}"; do CMD_SHOWN+=" $(shell_word "$a")"; done
 BINS_FROM_ENV=()
 [ -z "${RZK_BIN:-}" ] || { CMD_SHOWN="RZK_BIN=$RZK_BIN $CMD_SHOWN"; BINS_FROM_ENV=(--bins-from-env); }
 [ -z "${RZK_BENCH_BIN:-}" ] || { CMD_SHOWN="RZK_BENCH_BIN=$RZK_BENCH_BIN $CMD_SHOWN"; BINS_FROM_ENV=(--bins-from-env); }
