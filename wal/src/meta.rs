@@ -113,21 +113,48 @@ impl std::fmt::Debug for Meta {
     }
 }
 
+/// How long [`Meta::open`] waits for sled's file lock to be released.
+///
+/// Why: sled 0.34 releases its lock when the last reference to its files is
+/// dropped, and its I/O threads may still hold one for a moment after the
+/// `Db` handle of the same process was dropped (sled's own test build blocks
+/// on the lock for this reason). A lock held by another live process is still
+/// refused, after this wait, with sled's message.
+const LOCK_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Opens the sled store at `path`, waiting up to [`LOCK_WAIT_MAX`] for its lock.
+fn open_sled(path: &Path) -> Result<sled::Db> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT_MAX;
+    loop {
+        // No background flusher: every update is flushed before it returns anyway,
+        // and without it dropping the store releases its lock sooner.
+        let opened = sled::Config::new().path(path).flush_every_ms(None).open();
+        match opened {
+            Ok(db) => return Ok(db),
+            Err(e) if is_lock_busy(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => {
+                return Err(WalError::Meta {
+                    path: path.to_owned(),
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
+}
+
+/// Whether sled refused to open because its lock file is held.
+fn is_lock_busy(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
+}
+
 impl Meta {
     /// Opens (or creates) the metadata store at `path`. Refuses a store whose
     /// currentEpoch exceeds its acceptedEpoch.
     pub fn open(path: impl AsRef<Path>) -> Result<Meta> {
         let path = path.as_ref().to_owned();
-        // No background flusher: every update is flushed before it returns anyway,
-        // and without it dropping the store releases its lock at once.
-        let db = sled::Config::new()
-            .path(&path)
-            .flush_every_ms(None)
-            .open()
-            .map_err(|e| WalError::Meta {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
+        let db = open_sled(&path)?;
         let meta = Meta {
             db,
             path,
@@ -378,6 +405,19 @@ mod tests {
         let meta = Meta::open(dir.path().join("meta")).unwrap();
         assert_eq!(meta.accepted_epoch().unwrap(), Epoch(3));
         assert_eq!(meta.current_epoch().unwrap(), Epoch(3));
+    }
+
+    #[test]
+    fn a_store_held_open_is_refused_after_the_lock_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let _held = Meta::open(dir.path().join("meta")).unwrap();
+        let started = std::time::Instant::now();
+        let err = Meta::open(dir.path().join("meta")).unwrap_err();
+        assert!(started.elapsed() >= LOCK_WAIT_MAX, "it waited for the lock");
+        match err {
+            WalError::Meta { reason, .. } => assert!(reason.contains("lock"), "{reason}"),
+            other => panic!("expected a Meta error naming the lock, got {other:?}"),
+        }
     }
 
     #[test]
