@@ -121,17 +121,22 @@ async fn read_loop(
                 _conn: c,
                 _global: g,
             },
-            _ => tokio::select! {
-                p = async {
-                    let c = conn_slots.clone().acquire_owned().await;
-                    let g = ctx.global.clone().acquire_owned().await;
-                    (c, g)
-                } => match p {
-                    (Ok(c), Ok(g)) => Permit { _conn: c, _global: g },
-                    _ => return,
-                },
-                _ = outbox.cancel.cancelled() => return,
-            },
+            // Give back a slot taken alone before waiting for both: keeping it
+            // while waiting could leave a connection waiting for itself.
+            partial => {
+                drop(partial);
+                tokio::select! {
+                    p = async {
+                        let c = conn_slots.clone().acquire_owned().await;
+                        let g = ctx.global.clone().acquire_owned().await;
+                        (c, g)
+                    } => match p {
+                        (Ok(c), Ok(g)) => Permit { _conn: c, _global: g },
+                        _ => return,
+                    },
+                    _ = outbox.cancel.cancelled() => return,
+                }
+            }
         };
         let item = tokio::select! {
             item = framed.next() => item,

@@ -128,6 +128,34 @@ async fn global_outstanding_limit_applies_backpressure_across_connections() {
     server.stop().await.unwrap();
 }
 
+/// A connection whose own slot is free but the server's is not must wait
+/// without keeping that slot: with one slot per connection it would otherwise
+/// wait for itself forever.
+#[tokio::test]
+async fn waiting_for_the_global_limit_keeps_no_connection_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(
+        dir.path(),
+        &[
+            ("globalOutstandingLimit", "1"),
+            ("rzk.connection.outstandingMax", "1"),
+        ],
+    )
+    .await;
+    let (mut a, _) = Raw::connect(server.addr, 4000).await;
+    let (mut b, _) = Raw::connect(server.addr, 4000).await;
+    let both = async {
+        tokio::join!(
+            pipeline_and_check(&mut a, "a"),
+            pipeline_and_check(&mut b, "b")
+        )
+    };
+    tokio::time::timeout(Duration::from_secs(60), both)
+        .await
+        .expect("both connections are served to the end");
+    server.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_client_that_does_not_read_is_disconnected() {
     let dir = tempfile::tempdir().unwrap();
