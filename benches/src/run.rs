@@ -183,9 +183,52 @@ pub fn empty_stats() -> DriveStats {
     }
 }
 
+/// The timed phase of a run: the clock task (time limit, progress lines), the
+/// generator's CPU time and the wall time, started together and read together.
+#[derive(Debug)]
+pub struct TimedPhase {
+    /// Cancels the clock task.
+    clock: CancellationToken,
+    /// The generator's CPU time when the phase began.
+    cpu_start: CpuTime,
+    /// When the phase began.
+    started: Instant,
+}
+
+impl TimedPhase {
+    /// Starts the clock of `opts` over `budget` and the CPU and wall timers.
+    pub fn start(
+        opts: &RunOptions,
+        budget: &Arc<Budget>,
+        live: &Arc<LiveCounters>,
+        cancel: &CancellationToken,
+    ) -> TimedPhase {
+        let clock = start_clock(
+            opts.limit,
+            budget.clone(),
+            live.clone(),
+            opts.progress_seconds,
+            cancel.clone(),
+        );
+        TimedPhase {
+            clock,
+            cpu_start: CpuTime::now(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Stops the clock; returns the elapsed seconds and the CPU time used.
+    pub fn finish(self) -> (f64, CpuTime) {
+        let seconds = self.started.elapsed().as_secs_f64();
+        let cpu = CpuTime::now().since(self.cpu_start);
+        self.clock.cancel();
+        (seconds, cpu)
+    }
+}
+
 /// Starts the task that ends the timed phase (time up or cancelled) and the
 /// progress line; returns a handle that stops both.
-pub fn start_clock(
+fn start_clock(
     limit: Limit,
     budget: Arc<Budget>,
     live: Arc<LiveCounters>,
@@ -276,15 +319,7 @@ async fn run_pipelined(
         Limit::Seconds(_) => None,
     }));
     let live = Arc::new(LiveCounters::default());
-    let clock = start_clock(
-        opts.limit,
-        budget.clone(),
-        live.clone(),
-        opts.progress_seconds,
-        cancel.clone(),
-    );
-    let cpu_start = CpuTime::now();
-    let started = Instant::now();
+    let phase = TimedPhase::start(opts, &budget, &live, cancel);
     let tasks: Vec<_> = sessions
         .into_iter()
         .map(|mut session| {
@@ -309,9 +344,7 @@ async fn run_pipelined(
         })
         .collect();
     let finished = join_all(tasks).await;
-    let seconds = started.elapsed().as_secs_f64();
-    let cpu = CpuTime::now().since(cpu_start);
-    clock.cancel();
+    let (seconds, cpu) = phase.finish();
 
     let mut total = empty_stats();
     let mut live_znodes = 1; // the namespace itself

@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use crate::conn::Conn;
 use crate::error::BenchError;
 use crate::pipeline::{micros_since, Budget, DriveStats, LiveCounters};
-use crate::report::{CpuTime, Report};
-use crate::run::{empty_stats, merge, start_clock, Limit, Measured, RunOptions, CONNECT_LIMIT};
+use crate::report::Report;
+use crate::run::{empty_stats, merge, Limit, Measured, RunOptions, TimedPhase, CONNECT_LIMIT};
 
 /// Runs the storm workload.
 pub async fn run(opts: &RunOptions, cancel: &CancellationToken) -> Result<Report, BenchError> {
@@ -21,15 +21,7 @@ pub async fn run(opts: &RunOptions, cancel: &CancellationToken) -> Result<Report
         Limit::Seconds(_) => None,
     }));
     let live = Arc::new(LiveCounters::default());
-    let clock = start_clock(
-        opts.limit,
-        budget.clone(),
-        live.clone(),
-        opts.progress_seconds,
-        cancel.clone(),
-    );
-    let cpu_start = CpuTime::now();
-    let started = Instant::now();
+    let phase = TimedPhase::start(opts, &budget, &live, cancel);
     let tasks: Vec<_> = (0..opts.sessions.max(1))
         .map(|_| {
             let (budget, live, server, timeout_ms) = (
@@ -48,9 +40,7 @@ pub async fn run(opts: &RunOptions, cancel: &CancellationToken) -> Result<Report
             Err(e) => total.error(format!("storm task failed: {e}")),
         }
     }
-    let seconds = started.elapsed().as_secs_f64();
-    let cpu = CpuTime::now().since(cpu_start);
-    clock.cancel();
+    let (seconds, cpu) = phase.finish();
     Ok(Measured {
         stats: total,
         seconds,

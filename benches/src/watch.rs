@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 use crate::conn::Conn;
 use crate::error::BenchError;
 use crate::pipeline::{micros_since, Budget, DriveStats, LiveCounters};
-use crate::report::{CpuTime, Report};
-use crate::run::{empty_stats, merge, start_clock, Limit, Measured, RunOptions, CONNECT_LIMIT};
+use crate::report::Report;
+use crate::run::{empty_stats, merge, Limit, Measured, RunOptions, TimedPhase, CONNECT_LIMIT};
 use crate::workload::{create_request, open_acl, ValuePool};
 
 /// What a watcher tells the writer after each notification round.
@@ -70,15 +70,7 @@ pub async fn run(opts: &RunOptions, cancel: &CancellationToken) -> Result<Report
         Limit::Seconds(_) => None,
     };
     let budget = Arc::new(Budget::new(rounds));
-    let clock = start_clock(
-        opts.limit,
-        budget.clone(),
-        live.clone(),
-        opts.progress_seconds,
-        cancel.clone(),
-    );
-    let cpu_start = CpuTime::now();
-    let started = Instant::now();
+    let phase = TimedPhase::start(opts, &budget, &live, cancel);
     let mut round: i32 = 0;
     while total.errors == 0 && budget.take() {
         round += 1;
@@ -99,9 +91,7 @@ pub async fn run(opts: &RunOptions, cancel: &CancellationToken) -> Result<Report
             total.error(message);
         }
     }
-    let seconds = started.elapsed().as_secs_f64();
-    let cpu = CpuTime::now().since(cpu_start);
-    clock.cancel();
+    let (seconds, cpu) = phase.finish();
     stop.cancel();
     for joined in join_all(tasks).await {
         match joined {
