@@ -134,6 +134,9 @@ pub struct ServerConfig {
     pub sync_limit: u32,
     /// `server.N=` lines, by server id. Empty for standalone.
     pub servers: BTreeMap<u64, PeerSpec>,
+    /// `rzk.log.format`: `text` (default) or `json`, one object per line
+    /// (see [`crate::logging`]).
+    pub log_format: crate::logging::LogFormat,
     /// Warnings found while reading (unknown keys, raised values); the binary
     /// logs them.
     pub warnings: Vec<String>,
@@ -168,6 +171,7 @@ impl Default for ServerConfig {
             init_limit: 10,
             sync_limit: 5,
             servers: BTreeMap::new(),
+            log_format: crate::logging::LogFormat::Text,
             warnings: Vec::new(),
         }
     }
@@ -320,6 +324,7 @@ impl ServerConfig {
                     _ => return Err(invalid(s, "expected yes or no")),
                 }
             }
+            "rzk.log.format" => self.log_format = v.parse().map_err(|e: String| invalid(s, &e))?,
             "initLimit" => self.init_limit = positive(s)?,
             "syncLimit" => self.sync_limit = positive(s)?,
             key if key.starts_with("server.") => {
@@ -700,5 +705,16 @@ mod tests {
             ServerConfig::parse("! bang comment\n  tickTime : 1000\nclientPort 3000\n").unwrap();
         assert_eq!(cfg.tick_time_ms, 1000);
         assert_eq!(cfg.client_addr.port(), 3000);
+    }
+
+    #[test]
+    fn log_format_key_selects_json_or_text() {
+        use crate::logging::LogFormat;
+        assert_eq!(ServerConfig::parse("").unwrap().log_format, LogFormat::Text);
+        let cfg = ServerConfig::parse("rzk.log.format=json\n").unwrap();
+        assert_eq!(cfg.log_format, LogFormat::Json);
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+        let err = ServerConfig::parse("rzk.log.format=xml\n").unwrap_err();
+        assert!(err.to_string().contains("rzk.log.format"), "{err}");
     }
 }

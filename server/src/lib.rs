@@ -36,6 +36,7 @@ pub mod config;
 mod conn;
 mod core;
 mod fourlw;
+pub mod logging;
 pub mod outbox;
 pub mod path;
 pub mod prep;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use rzk_server::config::ServerConfig;
+use rzk_server::logging::{self, LogFormat};
 
 /// A ZooKeeper-compatible server. With no file it serves 127.0.0.1:2181 with
 /// data in ./data. Flags override the file.
@@ -31,6 +32,9 @@ struct Cli {
     /// Any zoo.cfg key, as key=value (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// rzk.log.format: text (default; coloured only on a terminal) or json.
+    #[arg(long, value_name = "text|json")]
+    log_format: Option<LogFormat>,
 }
 
 fn overrides(cli: &Cli) -> Result<Vec<(String, String)>, String> {
@@ -50,6 +54,9 @@ fn overrides(cli: &Cli) -> Result<Vec<(String, String)>, String> {
     if let Some(t) = cli.tick_time {
         out.push(("tickTime".into(), t.to_string()));
     }
+    if let Some(f) = cli.log_format {
+        out.push(("rzk.log.format".into(), f.to_string()));
+    }
     for kv in &cli.set {
         let Some((k, v)) = kv.split_once('=') else {
             return Err(format!("--set {kv:?}: expected key=value"));
@@ -60,13 +67,6 @@ fn overrides(cli: &Cli) -> Result<Vec<(String, String)>, String> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let cli = Cli::parse();
     let config = match overrides(&cli)
         .and_then(|o| ServerConfig::load(cli.config.as_deref(), &o).map_err(|e| e.to_string()))
@@ -77,6 +77,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = logging::init(config.log_format) {
+        eprintln!("rzk: {e}");
+        return ExitCode::FAILURE;
+    }
     for w in &config.warnings {
         tracing::warn!("{w}");
     }
