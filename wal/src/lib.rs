@@ -55,6 +55,7 @@ mod meta;
 mod reader;
 mod segment;
 mod snapshot;
+mod snapshot_stream;
 mod wal;
 
 pub use crate::error::{MarkerText, Result, WalError};
@@ -64,5 +65,11 @@ pub use crate::log::{
 };
 pub use crate::meta::{Meta, SyncMarker, SyncMode};
 pub use crate::reader::{LogReader, Record};
-pub use crate::snapshot::{LoadedSnapshot, SnapshotInfo};
-pub use crate::wal::{Rebuild, Recovery, Wal, WalOptions};
+pub use crate::snapshot::{LoadedSnapshot, SnapshotFile, SnapshotInfo, StateReader};
+pub use crate::snapshot_stream::{
+    Finishing, IncomingSnapshot, ReceivedSnapshot, SnapshotDir, SnapshotWriter, TryWriteError,
+    WrittenSnapshot, SNAPSHOT_QUEUE_BYTES_MAX,
+};
+pub use crate::wal::{
+    FileRebuild, Rebuild, Recovery, Wal, WalOptions, SNAPSHOT_WRITE_BYTES_PER_SEC_MAX,
+};
