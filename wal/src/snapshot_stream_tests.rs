@@ -145,6 +145,29 @@ fn dropping_a_writer_or_its_unfinished_result_removes_the_file() {
     assert!(wal.snapshots().unwrap().is_empty(), "nothing was committed");
 }
 
+/// An abort stops the writer where it is: the chunks still queued are not
+/// written and the file is never finished (no trailer, no final fsync).
+#[test]
+fn an_aborted_writer_writes_nothing_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let syncer = Arc::new(FailingSyncer::new());
+    let wal = open_with(dir.path(), options(), syncer.clone());
+    append(&wal, 1, 1..=3);
+    let mut w = wal.snapshot_writer(z(1, 3)).unwrap();
+    syncer.close_gate();
+    w.write(Bytes::from(vec![1u8; 4 << 20])).unwrap();
+    syncer.wait_until_held();
+    w.write(Bytes::from(vec![2u8; 4 << 20])).unwrap();
+    let (calls, data_calls) = (syncer.calls(), syncer.data_calls());
+    drop(w);
+    syncer.open_gate();
+    wait_no_tmp(&wal);
+    // Only the held fdatasync ran: not the one of the second 4 MiB, nor the
+    // fsync of a finished file.
+    assert_eq!(syncer.calls(), calls + 1);
+    assert_eq!(syncer.data_calls(), data_calls + 1);
+}
+
 #[test]
 fn try_write_gives_the_chunk_back_when_the_queue_is_full_and_ready_waits_for_room() {
     let dir = tempfile::tempdir().unwrap();
