@@ -480,11 +480,6 @@ pub(crate) enum Ctl<C> {
 }
 
 impl<M: Machine> Running<M> {
-    /// Spawn the machine's task.
-    pub(crate) fn spawn<O: RecipeOps>(ops: Arc<O>, machine: M) -> Running<M> {
-        Running::spawn_with(ops, machine, |_| {})
-    }
-
     /// Spawn the machine's task; `on_event` sees each event before the holder does (to
     /// keep a `watch` of the current state).
     pub(crate) fn spawn_with<O: RecipeOps>(
@@ -517,6 +512,9 @@ impl<M: Machine> Running<M> {
     }
 }
 
+/// The holder's hook on each event (see [`Running::spawn_with`]).
+type OnEvent<E> = Box<dyn FnMut(&E) + Send>;
+
 type CallFuture = BoxFuture<'static, (OpId, Reply, Option<Watch>)>;
 
 struct Driver<O: RecipeOps, M: Machine> {
@@ -529,7 +527,7 @@ struct Driver<O: RecipeOps, M: Machine> {
     aborts: HashMap<OpId, AbortHandle>,
     timers: BTreeMap<(u64, OpId), ()>,
     events: mpsc::UnboundedSender<M::Event>,
-    on_event: Box<dyn FnMut(&M::Event) + Send>,
+    on_event: OnEvent<M::Event>,
     ended: bool,
 }
 
@@ -541,7 +539,7 @@ async fn drive<O: RecipeOps, M: Machine>(
     machine: M,
     mut commands: mpsc::UnboundedReceiver<Ctl<M::Command>>,
     events: mpsc::UnboundedSender<M::Event>,
-    on_event: Box<dyn FnMut(&M::Event) + Send>,
+    on_event: OnEvent<M::Event>,
 ) {
     let (state, mut states) = ops.subscribe();
     let mut d = Driver {

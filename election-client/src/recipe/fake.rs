@@ -111,6 +111,12 @@ impl Tree {
         });
     }
 
+    /// End every persistent recursive watch (their streams end), as when a reader
+    /// lagged and the client dropped it.
+    pub(crate) fn drop_recursive_watches(&mut self) {
+        self.recursive.clear();
+    }
+
     /// setData at `version` (−1: any).
     pub(crate) fn set_data(&mut self, path: &str, data: Bytes, version: i32) -> Result<Stat> {
         let Some(n) = self.nodes.get(path) else {

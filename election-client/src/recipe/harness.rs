@@ -17,6 +17,11 @@ use crate::error::Error;
 use crate::state::ConnectionState;
 use crate::types::SessionId;
 
+/// An invariant checked after every step.
+pub(crate) type Check<M> = Box<dyn FnMut(&M, &FakeServer)>;
+/// Picks calls (whose reply is lost).
+pub(crate) type CallFilter = Box<dyn FnMut(&Call) -> bool>;
+
 pub(crate) struct Harness<M: Machine> {
     pub(crate) m: M,
     pub(crate) server: FakeServer,
@@ -31,9 +36,12 @@ pub(crate) struct Harness<M: Machine> {
     pub(crate) events: Vec<M::Event>,
     pub(crate) ended: bool,
     /// Called after every step (invariants).
-    pub(crate) check: Option<Box<dyn FnMut(&M, &FakeServer)>>,
+    pub(crate) check: Option<Check<M>>,
     /// Applies a matching call but answers CONNECTIONLOSS (the reply was lost), once.
-    pub(crate) lose_reply_if: Option<Box<dyn FnMut(&Call) -> bool>>,
+    pub(crate) lose_reply_if: Option<CallFilter>,
+    /// Take pending calls in a seeded random order instead of issue order (a server or
+    /// driver that does not keep the order in which reads were issued).
+    pub(crate) shuffle: Option<rand_chacha::ChaCha8Rng>,
 }
 
 impl<M: Machine> Harness<M> {
@@ -52,6 +60,7 @@ impl<M: Machine> Harness<M> {
             ended: false,
             check: None,
             lose_reply_if: None,
+            shuffle: None,
         }
     }
 
@@ -179,7 +188,15 @@ impl<M: Machine> Harness<M> {
     /// Take the next pending call or timer; false when nothing is pending.
     pub(crate) fn run_one(&mut self) -> bool {
         self.drain_watches();
-        let Some(next) = self.pending.pop_front() else {
+        let next = match self.shuffle.as_mut() {
+            Some(rng) if !self.pending.is_empty() => {
+                use rand::Rng;
+                let i = rng.random_range(0..self.pending.len());
+                self.pending.remove(i)
+            }
+            _ => self.pending.pop_front(),
+        };
+        let Some(next) = next else {
             return false;
         };
         match next {

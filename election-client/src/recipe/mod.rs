@@ -14,6 +14,7 @@ mod fake;
 #[cfg(test)]
 mod harness;
 mod persistent_node;
+mod tree_cache;
 
 pub use candidacy::{Grant, Revoked};
 pub use driver::RecipeEvent;
@@ -24,6 +25,10 @@ pub use persistent_node::{
     Absence, NodeCommand, NodeConfig, NodeEvent, NodeKind, NodeMachine, PersistentNode,
 };
 pub use selector::{LeaderSelector, Leadership, CALLBACK_GRACE};
+pub use tree_cache::{
+    CacheConfig, CacheEvent, CacheMachine, CacheMap, CachedNode, ChildrenCache, NodeCache,
+    TreeCache, WatchStrategy,
+};
 
 #[cfg(test)]
 mod recipe_tests;
