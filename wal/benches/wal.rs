@@ -1,6 +1,7 @@
 //! Criterion benchmarks of rzk-wal: durable appends (one, and a group of 64
 //! sharing an fsync), the CPU cost of the append path without fsync, recovery of
-//! a 64 MiB log, and truncate_after.
+//! a 64 MiB log, truncate_after, and a 64 MiB snapshot streamed, read back
+//! and transferred.
 //!
 //! Kept short (small samples) because the machine is shared; `wal-bench` in
 //! `rzk-benches` gives the throughput/latency report with the raw fsync ratio.
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
-use rzk_wal::{Append, Log, LogOptions};
+use rzk_wal::{Append, Log, LogOptions, Wal, WalOptions};
 use rzk_zxid::{Epoch, Next, Zxid};
 
 fn next(z: Zxid) -> Zxid {
@@ -142,5 +143,57 @@ fn recovery_and_truncate(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, appends, recovery_and_truncate);
+/// A 64 MiB snapshot streamed in 256 KiB chunks (written, fsynced,
+/// committed), read back through the verifying reader, and sent raw to a
+/// learner's incoming file (verified, fsynced; not installed).
+fn snapshots(c: &mut Criterion) {
+    let mut g = c.benchmark_group("snapshot");
+    g.sample_size(10).measurement_time(Duration::from_secs(5));
+    g.throughput(criterion::Throughput::Bytes(64 << 20));
+    let dir = tempfile::tempdir_in(".").unwrap();
+    let (wal, _) = Wal::open(dir.path(), WalOptions::default()).unwrap();
+    let z = Zxid::first_of(Epoch(1));
+    wal.append(z, Bytes::from_static(b"txn"))
+        .unwrap()
+        .wait()
+        .unwrap();
+    let chunk = Bytes::from(vec![4u8; 256 << 10]);
+    g.bench_function("stream_write_commit_64MiB", |b| {
+        b.iter(|| {
+            let mut w = wal.snapshot_dir().writer(z).unwrap();
+            for _ in 0..256 {
+                w.write(chunk.clone()).unwrap();
+            }
+            let written = w.finish().wait().unwrap();
+            // Committing again at the same zxid keeps the first file: this
+            // measures the write and the commit's checks.
+            wal.commit_snapshot(written).unwrap()
+        })
+    });
+    let file = wal.open_snapshot(z).unwrap();
+    g.bench_function("state_reader_64MiB", |b| {
+        b.iter(|| {
+            let mut reader = file.state_reader();
+            let mut buf = vec![0u8; 1 << 20];
+            while std::io::Read::read(&mut reader, &mut buf).unwrap() > 0 {}
+        })
+    });
+    g.bench_function("raw_transfer_to_incoming_64MiB", |b| {
+        b.iter(|| {
+            let mut incoming = wal
+                .incoming_snapshot(z, file.size_bytes(), file.crc())
+                .unwrap();
+            while !incoming.is_complete() {
+                let offset = incoming.accepted_bytes();
+                incoming
+                    .write(offset, file.read_raw_at(offset, 1 << 20).unwrap())
+                    .unwrap();
+            }
+            incoming.finish().wait().unwrap()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, appends, recovery_and_truncate, snapshots);
 criterion_main!(benches);

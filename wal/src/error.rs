@@ -187,6 +187,16 @@ pub enum WalError {
         /// Where the log starts.
         log_start: Zxid,
     },
+    /// A snapshot stream that was misused or stopped: a chunk out of order or
+    /// past the announced size, a writer dropped before it finished, a
+    /// received snapshot installed under the wrong sync marker's target.
+    #[error("snapshot {zxid}: {reason}")]
+    SnapshotTransfer {
+        /// The snapshot's zxid.
+        zxid: Zxid,
+        /// What went wrong.
+        reason: String,
+    },
     /// The metadata store (sled) failed.
     #[error("metadata store {path}: {reason}")]
     Meta {

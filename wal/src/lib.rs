@@ -6,7 +6,7 @@
 //! use rzk_wal::{Wal, WalOptions};
 //! use rzk_zxid::{Counter, Epoch, Zxid};
 //!
-//! # async fn run() -> Result<(), rzk_wal::WalError> {
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let (wal, recovery) = Wal::open("/var/lib/rzk", WalOptions::default())?;
 //! assert!(recovery.sync_in_progress.is_none(), "else: rebuild from disk, sync again");
 //! let z = Zxid::new(Epoch(1), Counter(1));
@@ -15,6 +15,15 @@
 //! wal.save_snapshot(z, &mut &b"state at z"[..])?;
 //! let rebuild = wal.rebuild()?; // newest valid snapshot + the records after it
 //! for record in rebuild.records { let _ = record?; }
+//!
+//! // A snapshot streamed in chunks (bounded queue, its own thread), and read
+//! // back without holding it in memory; the reader checks the checksum.
+//! let mut writer = wal.snapshot_writer(z)?;
+//! writer.write(Bytes::from_static(b"state "))?; // or try_write + ready().await
+//! writer.write(Bytes::from_static(b"at z"))?;
+//! wal.commit_snapshot(writer.finish().await?)?;
+//! let mut state = Vec::new();
+//! std::io::Read::read_to_end(&mut wal.open_snapshot(z)?.state_reader(), &mut state)?;
 //! # Ok(()) }
 //! ```
 //!
@@ -40,6 +49,13 @@
 //!   snapshot install are atomic across crashes (marker files and ordered
 //!   commits). An fsync error stops the log for good: nothing is retried.
 //!
+//! - **Snapshots as files.** A streamed snapshot ([`SnapshotWriter`]) or a
+//!   received one ([`IncomingSnapshot`]) is complete, verified and durable under
+//!   a temporary name before it enters the catalog by rename; dropping either
+//!   before it finishes removes its file, and a crash leaves a file the next
+//!   open removes. A [`SnapshotFile`] reads at offsets of one open descriptor,
+//!   so retention cannot break a transfer in progress.
+//!
 //! Layout under the directory given to [`Wal::open`]: `log/log.<hex zxid>`
 //! segments (named by their first zxid, as ZooKeeper names them), `snap/snapshot.<hex
 //! zxid>` files, and `meta/` (sled) with acceptedEpoch, currentEpoch, the snapshot
@@ -55,6 +71,7 @@ mod meta;
 mod reader;
 mod segment;
 mod snapshot;
+mod snapshot_stream;
 mod wal;
 
 pub use crate::error::{MarkerText, Result, WalError};
@@ -64,5 +81,11 @@ pub use crate::log::{
 };
 pub use crate::meta::{Meta, SyncMarker, SyncMode};
 pub use crate::reader::{LogReader, Record};
-pub use crate::snapshot::{LoadedSnapshot, SnapshotInfo};
-pub use crate::wal::{Rebuild, Recovery, Wal, WalOptions};
+pub use crate::snapshot::{LoadedSnapshot, SnapshotFile, SnapshotInfo, StateReader};
+pub use crate::snapshot_stream::{
+    Finishing, IncomingSnapshot, ReceivedSnapshot, SnapshotDir, SnapshotWriter, TryWriteError,
+    WrittenSnapshot, SNAPSHOT_QUEUE_BYTES_MAX,
+};
+pub use crate::wal::{
+    FileRebuild, Rebuild, Recovery, Wal, WalOptions, SNAPSHOT_WRITE_BYTES_PER_SEC_MAX,
+};

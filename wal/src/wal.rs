@@ -15,7 +15,14 @@ use crate::format::{
 use crate::log::{Append, Log, LogOptions, LogRecovery, PurgeReport};
 use crate::meta::{CatalogEntry, Meta, SyncMarker, SyncMode};
 use crate::reader::LogReader;
-use crate::snapshot::{load_snapshot, snapshot_path, write_snapshot, LoadedSnapshot, SnapshotInfo};
+use crate::snapshot::{
+    load_snapshot, snapshot_path, unique_tmp_path, write_snapshot, LoadedSnapshot, SnapshotFile,
+    SnapshotInfo, StateFileWriter, TmpSnapshot,
+};
+use crate::snapshot_stream::{
+    IncomingSnapshot, ReceivedSnapshot, SnapshotDir, SnapshotWriter, WrittenSnapshot,
+    SNAPSHOT_QUEUE_BYTES_MAX,
+};
 
 /// How a [`Wal`] is opened.
 #[derive(Debug, Clone)]
@@ -28,7 +35,17 @@ pub struct WalOptions {
     /// Where the log's segments live; default `<dir>/log`. ZooKeeper's
     /// `dataLogDir`: a separate disk for the log keeps snapshots off its fsyncs.
     pub log_dir: Option<PathBuf>,
+    /// The most bytes per second a local snapshot is written at (`None`: as
+    /// fast as the disk takes them). Received snapshots are not limited. See
+    /// [`SNAPSHOT_WRITE_BYTES_PER_SEC_MAX`] for the default and why.
+    pub snapshot_write_bytes_per_sec_max: Option<u64>,
+    /// Chunks a streaming snapshot writer holds in memory before `try_write`
+    /// says the queue is full.
+    pub snapshot_queue_bytes_max: usize,
 }
+
+/// The default of [`WalOptions::snapshot_write_bytes_per_sec_max`].
+pub const SNAPSHOT_WRITE_BYTES_PER_SEC_MAX: Option<u64> = None;
 
 impl Default for WalOptions {
     fn default() -> Self {
@@ -36,6 +53,8 @@ impl Default for WalOptions {
             log: LogOptions::default(),
             snap_retain_count: 3,
             log_dir: None,
+            snapshot_write_bytes_per_sec_max: SNAPSHOT_WRITE_BYTES_PER_SEC_MAX,
+            snapshot_queue_bytes_max: SNAPSHOT_QUEUE_BYTES_MAX,
         }
     }
 }
@@ -72,6 +91,18 @@ pub struct Rebuild {
     pub skipped: Vec<(Zxid, WalError)>,
 }
 
+/// What state is rebuilt from, with the snapshot as a file
+/// ([`Wal::rebuild_from_file`]).
+#[derive(Debug)]
+pub struct FileRebuild {
+    /// The snapshot to load first, verified; `None` means the empty state.
+    pub snapshot: Option<SnapshotFile>,
+    /// The records to apply after it, in order.
+    pub records: LogReader,
+    /// Newer snapshots that could not be used, and why (each also logged).
+    pub skipped: Vec<(Zxid, WalError)>,
+}
+
 /// A peer's durable state: the transaction log, snapshots, acceptedEpoch,
 /// currentEpoch and the sync marker.
 ///
@@ -92,6 +123,8 @@ pub struct Wal {
     snap_dir: PathBuf,
     syncer: Arc<dyn Syncer>,
     snap_retain_count: usize,
+    /// The snapshot directory as writers on other threads use it.
+    streams: SnapshotDir,
     /// Serialises changes to the snapshot catalog and its files.
     snapshots: Mutex<()>,
 }
@@ -155,12 +188,19 @@ impl Wal {
             log.reset_then(start, || meta.clear_log_reset())?;
             log_reset_completed = Some(start);
         }
+        let streams = SnapshotDir {
+            dir: snap_dir.clone(),
+            syncer: Arc::clone(&syncer),
+            write_bytes_per_sec_max: options.snapshot_write_bytes_per_sec_max,
+            queue_bytes_max: options.snapshot_queue_bytes_max,
+        };
         let wal = Wal {
             log,
             meta,
             snap_dir,
             syncer,
             snap_retain_count: options.snap_retain_count.max(1),
+            streams,
             snapshots: Mutex::new(()),
         };
         let removed_files = wal.remove_uncommitted_snapshots()?;
@@ -237,7 +277,40 @@ impl Wal {
     /// Snapshots that do not verify, or that the log does not connect to, are
     /// skipped with a warning. Fails with [`WalError::NoUsableSnapshot`] when none
     /// is usable and the log does not start at the empty history.
+    ///
+    /// This reads the whole snapshot into memory; [`Wal::rebuild_from_file`]
+    /// gives it as an open, verified file instead.
     pub fn rebuild(&self) -> Result<Rebuild> {
+        let (snapshot, records, skipped) =
+            self.rebuild_with(|entry| load_snapshot(&self.snap_dir, entry))?;
+        Ok(Rebuild {
+            snapshot,
+            records,
+            skipped,
+        })
+    }
+
+    /// As [`Wal::rebuild`], with the snapshot as an open file whose checksum was
+    /// verified (one pass over it, without keeping it in memory); its
+    /// [`SnapshotFile::state_reader`] streams the state and checks it again.
+    pub fn rebuild_from_file(&self) -> Result<FileRebuild> {
+        let (snapshot, records, skipped) = self.rebuild_with(|entry| {
+            let file = SnapshotFile::open(snapshot_path(&self.snap_dir, entry.zxid), entry)?;
+            file.verify()?;
+            Ok(file)
+        })?;
+        Ok(FileRebuild {
+            snapshot,
+            records,
+            skipped,
+        })
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn rebuild_with<T>(
+        &self,
+        load: impl Fn(&CatalogEntry) -> Result<T>,
+    ) -> Result<(Option<T>, LogReader, Vec<(Zxid, WalError)>)> {
         let mut skipped = Vec::new();
         let start = self.log.start();
         let end = self.log.last_durable_zxid();
@@ -254,7 +327,7 @@ impl Wal {
                 skipped.push((entry.zxid, err));
                 continue;
             }
-            let snapshot = match load_snapshot(&self.snap_dir, entry) {
+            let snapshot = match load(entry) {
                 Ok(s) => s,
                 Err(err) => {
                     tracing::warn!(zxid = %entry.zxid, error = %err, "skipping corrupt snapshot");
@@ -263,13 +336,7 @@ impl Wal {
                 }
             };
             match self.log.read_from(entry.zxid) {
-                Ok(records) => {
-                    return Ok(Rebuild {
-                        snapshot: Some(snapshot),
-                        records,
-                        skipped,
-                    })
-                }
+                Ok(records) => return Ok((Some(snapshot), records, skipped)),
                 Err(err @ WalError::NotInLog { .. }) => {
                     tracing::warn!(zxid = %entry.zxid, error = %err, "skipping snapshot the log does not connect to");
                     skipped.push((entry.zxid, err));
@@ -279,11 +346,7 @@ impl Wal {
         }
         if start == Zxid::ZERO {
             let records = self.log.read_from(Zxid::ZERO)?;
-            return Ok(Rebuild {
-                snapshot: None,
-                records,
-                skipped,
-            });
+            return Ok((None, records, skipped));
         }
         Err(WalError::NoUsableSnapshot { log_start: start })
     }
@@ -300,6 +363,20 @@ impl Wal {
             .snapshots
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        self.check_within_log(zxid)?;
+        let entry = write_snapshot(
+            &self.snap_dir,
+            zxid,
+            data,
+            &self.syncer,
+            self.streams.write_bytes_per_sec_max,
+        )?;
+        self.meta.update_catalog(Some(entry), &[], None)?;
+        Ok(self.info(&entry))
+    }
+
+    /// A snapshot at `zxid` would claim only history the durable log holds.
+    fn check_within_log(&self, zxid: Zxid) -> Result<()> {
         let end = self.log.last_durable_zxid();
         if zxid > end {
             return Err(WalError::SnapshotBeyondLog { zxid, end });
@@ -308,9 +385,103 @@ impl Wal {
         if zxid < start {
             return Err(WalError::Purged { zxid, start });
         }
-        let entry = write_snapshot(&self.snap_dir, zxid, data, &*self.syncer)?;
+        Ok(())
+    }
+
+    /// The snapshot directory, for writers on other threads
+    /// ([`SnapshotDir::writer`], [`SnapshotDir::incoming`]).
+    pub fn snapshot_dir(&self) -> SnapshotDir {
+        self.streams.clone()
+    }
+
+    /// Starts a streaming snapshot of the caller's state, consistent at `zxid`:
+    /// chunks go through a bounded queue to a thread of its own, which writes
+    /// them at the pace of [`WalOptions::snapshot_write_bytes_per_sec_max`].
+    /// Fails at once if `zxid` is not within the durable log (as
+    /// [`Wal::save_snapshot`]); [`Wal::commit_snapshot`] checks again.
+    pub fn snapshot_writer(&self, zxid: Zxid) -> Result<SnapshotWriter> {
+        self.check_within_log(zxid)?;
+        self.streams.writer(zxid)
+    }
+
+    /// Puts a streamed snapshot in the catalog: rename into place, directory
+    /// fsync, catalog entry (the commit point). Refused, and the file removed,
+    /// if the log no longer holds its zxid (a truncation or a SNAP install ran
+    /// meanwhile). Appends go on meanwhile.
+    pub fn commit_snapshot(&self, written: WrittenSnapshot) -> Result<SnapshotInfo> {
+        let tmp = written.tmp;
+        self.check_own(&tmp)?;
+        let _s = self
+            .snapshots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let zxid = tmp.entry.zxid;
+        self.check_within_log(zxid)?;
+        if self.meta.catalog()?.iter().any(|e| e.zxid == zxid) {
+            // The same committed state is already here (snapshots hold only
+            // committed history): keep the file the catalog describes.
+            tracing::info!(%zxid, "a snapshot at this zxid is already in the catalog; the new one is dropped");
+            return self.info_of(zxid);
+        }
+        let entry = tmp.rename_to(
+            &snapshot_path(&self.snap_dir, zxid),
+            &self.snap_dir,
+            &*self.syncer,
+        )?;
         self.meta.update_catalog(Some(entry), &[], None)?;
         Ok(self.info(&entry))
+    }
+
+    /// A temporary file of another directory is refused: renaming it here could
+    /// cross file systems and would not be covered by this directory's fsync.
+    fn check_own(&self, tmp: &TmpSnapshot) -> Result<()> {
+        if tmp.path().parent() == Some(self.snap_dir.as_path()) {
+            return Ok(());
+        }
+        Err(WalError::SnapshotTransfer {
+            zxid: tmp.entry.zxid,
+            reason: format!(
+                "{} was written for another snapshot directory than {}",
+                tmp.path().display(),
+                self.snap_dir.display()
+            ),
+        })
+    }
+
+    fn info_of(&self, zxid: Zxid) -> Result<SnapshotInfo> {
+        let catalog = self.meta.catalog()?;
+        match catalog.iter().find(|e| e.zxid == zxid) {
+            Some(e) => Ok(self.info(e)),
+            None => Err(self.not_catalogued(zxid)),
+        }
+    }
+
+    fn not_catalogued(&self, zxid: Zxid) -> WalError {
+        WalError::CorruptFile {
+            path: snapshot_path(&self.snap_dir, zxid),
+            reason: "not in the snapshot catalog".to_owned(),
+        }
+    }
+
+    /// Opens the catalogued snapshot at `zxid` for reading: header, size and
+    /// trailer are checked now, the data's checksum by its readers. The file
+    /// stays readable through its descriptor if it is purged meanwhile.
+    pub fn open_snapshot(&self, zxid: Zxid) -> Result<SnapshotFile> {
+        let catalog = self.meta.catalog()?;
+        let Some(entry) = catalog.iter().find(|e| e.zxid == zxid) else {
+            return Err(self.not_catalogued(zxid));
+        };
+        SnapshotFile::open(snapshot_path(&self.snap_dir, zxid), entry)
+    }
+
+    /// Starts receiving a leader's snapshot file (see [`SnapshotDir::incoming`]).
+    pub fn incoming_snapshot(
+        &self,
+        zxid: Zxid,
+        size_bytes: u64,
+        crc: u32,
+    ) -> Result<IncomingSnapshot> {
+        self.streams.incoming(zxid, size_bytes, crc)
     }
 
     fn info(&self, e: &CatalogEntry) -> SnapshotInfo {
@@ -318,6 +489,7 @@ impl Wal {
             zxid: e.zxid,
             path: snapshot_path(&self.snap_dir, e.zxid),
             size_bytes: e.size_bytes,
+            crc: e.crc,
         }
     }
 
@@ -326,14 +498,12 @@ impl Wal {
         Ok(self.meta.catalog()?.iter().map(|e| self.info(e)).collect())
     }
 
-    /// Reads and verifies the snapshot at `zxid`.
+    /// Reads and verifies the snapshot at `zxid`, into memory
+    /// ([`Wal::open_snapshot`] streams it instead).
     pub fn load_snapshot(&self, zxid: Zxid) -> Result<LoadedSnapshot> {
         let catalog = self.meta.catalog()?;
         let Some(entry) = catalog.iter().find(|e| e.zxid == zxid) else {
-            return Err(WalError::CorruptFile {
-                path: snapshot_path(&self.snap_dir, zxid),
-                reason: "not in the snapshot catalog".to_owned(),
-            });
+            return Err(self.not_catalogued(zxid));
         };
         load_snapshot(&self.snap_dir, entry)
     }
@@ -414,36 +584,77 @@ impl Wal {
         Ok(end)
     }
 
-    /// SNAP sync: installs the leader's snapshot at `zxid` and resets the log to
-    /// start after it. Needs a SNAP sync marker for `zxid` ([`Wal::begin_sync`]).
-    ///
-    /// Crash-safe: the snapshot is written and fsynced first; then one sled batch
-    /// commits its catalog entry together with a "reset the log to `zxid`" record
-    /// (the commit point); then the log is reset (itself crash-safe) and the record
-    /// cleared. A crash before the commit point leaves the old state; after it, the
-    /// next open finishes the reset. Snapshots above `zxid` are dropped.
+    /// SNAP sync: installs the leader's snapshot at `zxid`, from the state's
+    /// bytes, and resets the log to start after it. Needs a SNAP sync marker for
+    /// `zxid` ([`Wal::begin_sync`]). See [`Wal::install_received`] for a
+    /// snapshot file received in chunks, and for the crash guarantees (the
+    /// same).
     pub fn install_snapshot(&self, zxid: Zxid, data: &mut dyn Read) -> Result<SnapshotInfo> {
+        self.check_snap_marker(zxid)?;
+        let tmp = unique_tmp_path(&self.snap_dir, zxid, "install");
+        // A learner installs as fast as it can: it serves nothing meanwhile.
+        let mut w = StateFileWriter::create(zxid, tmp, Arc::clone(&self.syncer), None)?;
+        w.write_from(data)?;
+        self.install(w.finish()?)
+    }
+
+    /// SNAP sync: installs a snapshot file received from the leader and
+    /// verified ([`IncomingSnapshot::finish`]), and resets the log to start
+    /// after it. Needs a SNAP sync marker for its zxid ([`Wal::begin_sync`]).
+    ///
+    /// Crash-safe: the file is complete and durable before this is called; it
+    /// is renamed into place (a file the catalog does not list is removed on
+    /// open); then one sled batch commits its catalog entry together with a
+    /// "reset the log to `zxid`" record (the commit point); then the log is reset
+    /// (itself crash-safe) and the record cleared. A crash before the commit
+    /// point leaves the old state; after it, the next open finishes the reset.
+    /// Snapshots above `zxid` are dropped.
+    pub fn install_received(&self, received: ReceivedSnapshot) -> Result<SnapshotInfo> {
+        let tmp = received.tmp;
+        self.check_own(&tmp)?;
+        self.check_snap_marker(tmp.entry.zxid)?;
+        self.install(tmp)
+    }
+
+    fn check_snap_marker(&self, zxid: Zxid) -> Result<()> {
         let marker = self.meta.sync_marker()?;
         let expected = SyncMarker {
             mode: SyncMode::Snap,
             target: zxid,
         };
-        if marker != Some(expected) {
-            return Err(missing_marker(
-                "install_snapshot",
-                SyncMode::Snap,
-                Some(zxid),
-                marker,
-            ));
+        if marker == Some(expected) {
+            return Ok(());
         }
+        Err(missing_marker(
+            "install_snapshot",
+            SyncMode::Snap,
+            Some(zxid),
+            marker,
+        ))
+    }
+
+    fn install(&self, tmp: TmpSnapshot) -> Result<SnapshotInfo> {
+        let zxid = tmp.entry.zxid;
         let _s = self
             .snapshots
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let entry = write_snapshot(&self.snap_dir, zxid, data, &*self.syncer)?;
-        let above: Vec<Zxid> = self
-            .meta
-            .catalog()?
+        let catalog = self.meta.catalog()?;
+        let entry = match catalog.iter().find(|e| e.zxid == zxid) {
+            Some(old) if self.keep_catalogued(old) => {
+                // Renaming over a catalogued file would leave, after a crash
+                // before the catalog batch, a file its entry does not describe.
+                // The one here holds the same committed state and verifies.
+                tracing::info!(%zxid, "the snapshot to install is already here; keeping the catalogued file");
+                *old
+            }
+            _ => tmp.rename_to(
+                &snapshot_path(&self.snap_dir, zxid),
+                &self.snap_dir,
+                &*self.syncer,
+            )?,
+        };
+        let above: Vec<Zxid> = catalog
             .iter()
             .map(|e| e.zxid)
             .filter(|z| *z > zxid)
@@ -460,6 +671,20 @@ impl Wal {
             )?;
         }
         Ok(self.info(&entry))
+    }
+
+    /// Whether the catalogued snapshot `entry` is intact, so an install of the
+    /// same zxid can keep it.
+    fn keep_catalogued(&self, entry: &CatalogEntry) -> bool {
+        let verified = SnapshotFile::open(snapshot_path(&self.snap_dir, entry.zxid), entry)
+            .and_then(|f| f.verify());
+        match verified {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(zxid = %entry.zxid, error = %e, "the catalogued snapshot is damaged; the received one replaces it");
+                false
+            }
+        }
     }
 
     /// The persisted acceptedEpoch.

@@ -960,4 +960,14 @@ impl RecipeOps for Client {
     fn subscribe(&self) -> (Option<ConnectionState>, StateStream) {
         Client::subscribe(self)
     }
+
+    async fn call(
+        &self,
+        call: crate::recipe::engine::Call,
+    ) -> (
+        crate::recipe::engine::Reply,
+        Option<crate::recipe::engine::Watch>,
+    ) {
+        crate::recipe::engine::client_call(self, call).await
+    }
 }

@@ -3,6 +3,7 @@
 
 pub mod candidacy;
 pub(crate) mod driver;
+pub mod engine;
 mod latch;
 mod mutex;
 pub mod ops;
@@ -10,13 +11,24 @@ mod selector;
 
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod harness;
+mod persistent_node;
+mod tree_cache;
 
 pub use candidacy::{Grant, Revoked};
 pub use driver::RecipeEvent;
 pub use latch::{LatchConfig, LeaderLatch};
 pub use mutex::{Mutex, MutexGuard};
 pub use ops::{RecipeOps, WatchFired};
+pub use persistent_node::{
+    Absence, NodeCommand, NodeConfig, NodeEvent, NodeKind, NodeMachine, PersistentNode,
+};
 pub use selector::{LeaderSelector, Leadership, CALLBACK_GRACE};
+pub use tree_cache::{
+    CacheConfig, CacheEvent, CacheMachine, CacheMap, CachedNode, ChildrenCache, NodeCache,
+    TreeCache, WatchStrategy,
+};
 
 #[cfg(test)]
 mod recipe_tests;

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 
 use super::candidacy::BumpError;
+use super::engine::{Call, Reply, Watch};
 use crate::error::Result;
 use crate::state::{ConnectionState, StateStream};
 use crate::types::Stat;
@@ -69,4 +70,8 @@ pub trait RecipeOps: Send + Sync + 'static {
 
     /// The current connection state and every later one.
     fn subscribe(&self) -> (Option<ConnectionState>, StateStream);
+
+    /// Run one [`Call`] (the recipes of [`super::engine`]); a successful call that
+    /// leaves a watch hands it back with the reply.
+    fn call(&self, call: Call) -> impl Future<Output = (Reply, Option<Watch>)> + Send;
 }
