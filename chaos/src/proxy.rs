@@ -7,6 +7,15 @@
 //! back up, waiting bytes flow again (as TCP retransmission would deliver
 //! them), and a peer that gave up in between sees its connection end then.
 //!
+//! Where a proxy cannot look like the network: a TCP handshake with the proxy
+//! always succeeds, so a target that is not listening cannot be "refused".
+//! Two things keep that close to the truth: while the chaos tool knows a
+//! target is down (killed), it closes the links' listeners
+//! ([`Link::set_listening`]), so connecting is refused as it would be; and a
+//! connection whose target refuses is held while the proxy retries for up to
+//! [`UPSTREAM_RETRY`] (a leader binds its quorum port a moment after it wins
+//! the election, and followers connect at once), and only then closed.
+//!
 //! One [`Link`] listens on a free loopback port and forwards to one target.
 //! The chaos tool puts one in front of every quorum and election port for
 //! every ordered pair of members, and one in front of every client port.
@@ -23,6 +32,9 @@ use tokio::task::JoinHandle;
 /// Size of the buffer of one direction of one proxied connection.
 const CHUNK_BYTES: usize = 16 * 1024;
 
+/// How long a connection waits for a target that refuses (see the module docs).
+pub const UPSTREAM_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// One directed proxy link.
 #[derive(Debug)]
 pub struct Link {
@@ -32,8 +44,11 @@ pub struct Link {
     state: watch::Sender<bool>,
     /// Connections accepted so far (for tests and reports).
     accepted: Arc<AtomicU64>,
-    /// The accept loop; aborted on drop, which also ends its connections.
-    accept: JoinHandle<()>,
+    /// Where it forwards to.
+    target: SocketAddr,
+    /// The accept loop while listening; aborted on drop or when listening
+    /// stops, which also ends its connections.
+    accept: Option<JoinHandle<()>>,
 }
 
 impl Link {
@@ -53,8 +68,36 @@ impl Link {
             local,
             state,
             accepted,
-            accept,
+            target,
+            accept: Some(accept),
         })
+    }
+
+    /// Stops listening (connecting is refused; connections through the link
+    /// end) or listens again on the same port.
+    pub fn set_listening(&mut self, listening: bool) -> std::io::Result<()> {
+        match (listening, self.accept.is_some()) {
+            (false, true) => {
+                if let Some(a) = self.accept.take() {
+                    a.abort();
+                }
+            }
+            (true, false) => {
+                // tokio sets SO_REUSEADDR, so the port can be bound again at once.
+                let socket = tokio::net::TcpSocket::new_v4()?;
+                socket.set_reuseaddr(true)?;
+                socket.bind(self.local)?;
+                let listener = socket.listen(1024)?;
+                self.accept = Some(tokio::spawn(accept_loop(
+                    listener,
+                    self.target,
+                    self.state.clone(),
+                    self.accepted.clone(),
+                )));
+            }
+            (true, true) | (false, false) => {}
+        }
+        Ok(())
     }
 
     /// The address to connect to.
@@ -80,7 +123,9 @@ impl Link {
 
 impl Drop for Link {
     fn drop(&mut self) {
-        self.accept.abort();
+        if let Some(a) = self.accept.take() {
+            a.abort();
+        }
     }
 }
 
@@ -122,8 +167,16 @@ async fn carry(client: TcpStream, target: SocketAddr, mut state: watch::Receiver
     if !until_up(&mut state).await {
         return;
     }
-    let Ok(upstream) = TcpStream::connect(target).await else {
-        return; // the target is not listening (killed member): the client sees EOF
+    let deadline = tokio::time::Instant::now() + UPSTREAM_RETRY;
+    let upstream = loop {
+        match TcpStream::connect(target).await {
+            Ok(u) => break u,
+            // Not listening (yet): retry briefly, then the client sees EOF.
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            Err(_) => return,
+        }
     };
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
@@ -242,6 +295,20 @@ mod tests {
             .expect("carried after heal")
             .unwrap();
         assert_eq!(&buf, b"late");
+    }
+
+    #[tokio::test]
+    async fn a_link_that_stops_listening_refuses_and_listens_again_on_its_port() {
+        let mut link = Link::start(echo_server().await).await.unwrap();
+        let port = link.local();
+        link.set_listening(false).unwrap();
+        assert!(
+            TcpStream::connect(port).await.is_err(),
+            "connect must be refused"
+        );
+        link.set_listening(true).unwrap();
+        let mut s = TcpStream::connect(port).await.unwrap();
+        assert_eq!(roundtrip(&mut s, b"again").await, b"again");
     }
 
     #[tokio::test]
