@@ -14,6 +14,8 @@ mod fake;
 #[cfg(test)]
 mod harness;
 mod persistent_node;
+pub mod queue;
+mod rwlock;
 mod tree_cache;
 
 pub use candidacy::{Grant, Revoked};
@@ -24,6 +26,7 @@ pub use ops::{RecipeOps, WatchFired};
 pub use persistent_node::{
     Absence, NodeCommand, NodeConfig, NodeEvent, NodeKind, NodeMachine, PersistentNode,
 };
+pub use rwlock::{LockGuard, ReadWriteLock, Semaphore, LEASE_NAME, READ_NAME, WRITE_NAME};
 pub use selector::{LeaderSelector, Leadership, CALLBACK_GRACE};
 pub use tree_cache::{
     CacheConfig, CacheEvent, CacheMachine, CacheMap, CachedNode, ChildrenCache, NodeCache,
