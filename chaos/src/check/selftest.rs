@@ -80,6 +80,7 @@ impl H {
         self
     }
 
+    #[allow(clippy::too_many_arguments)] // a test builder: one argument per field of the op
     fn cas(
         &mut self,
         p: u32,
