@@ -110,6 +110,13 @@ pub enum Call {
         /// The ops.
         ops: Vec<Op>,
     },
+    /// sync: the next read on this session sees everything committed before it, also on
+    /// a server that lags (after a reconnect to another member). Answer:
+    /// [`Reply::Synced`].
+    Sync {
+        /// The path (any; ZooKeeper syncs the whole tree).
+        path: String,
+    },
 }
 
 /// The answer to a [`Call`].
@@ -131,6 +138,8 @@ pub enum Reply {
     Watching(Result<()>),
     /// For [`Call::Multi`].
     Multi(Result<Vec<OpResult>>),
+    /// For [`Call::Sync`].
+    Synced(Result<()>),
 }
 
 impl Reply {
@@ -144,7 +153,8 @@ impl Reply {
             | Reply::Stat(Err(e))
             | Reply::Deleted(Err(e))
             | Reply::Watching(Err(e))
-            | Reply::Multi(Err(e)) => Some(e),
+            | Reply::Multi(Err(e))
+            | Reply::Synced(Err(e)) => Some(e),
             Reply::Created(Ok(_))
             | Reply::Data(Ok(_))
             | Reply::Exists(Ok(_))
@@ -152,7 +162,8 @@ impl Reply {
             | Reply::Stat(Ok(_))
             | Reply::Deleted(Ok(_))
             | Reply::Watching(Ok(_))
-            | Reply::Multi(Ok(_)) => None,
+            | Reply::Multi(Ok(_))
+            | Reply::Synced(Ok(_)) => None,
         }
     }
 }
@@ -414,6 +425,7 @@ pub(crate) async fn client_call(client: &Client, call: Call) -> (Reply, Option<W
             }
         }
         Call::Multi { ops } => (Reply::Multi(client.multi(ops).await), None),
+        Call::Sync { path } => (Reply::Synced(client.sync(&path).await.map(|_| ())), None),
     }
 }
 

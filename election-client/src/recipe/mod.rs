@@ -1,7 +1,9 @@
 //! Recipes: [`LeaderLatch`], [`LeaderSelector`], [`Mutex`], all built on one
 //! [`candidacy`] state machine with fencing, run by one task each over [`RecipeOps`].
 
+pub mod barrier;
 pub mod candidacy;
+pub mod counter;
 pub(crate) mod driver;
 pub mod engine;
 mod latch;
@@ -18,7 +20,9 @@ pub mod queue;
 mod rwlock;
 mod tree_cache;
 
+pub use barrier::{Barrier, DoubleBarrier, DoubleBarrierConfig};
 pub use candidacy::{Grant, Revoked};
+pub use counter::{CounterConfig, CounterEvent, CounterValue, SharedCounter};
 pub use driver::RecipeEvent;
 pub use latch::{LatchConfig, LeaderLatch};
 pub use mutex::{Mutex, MutexGuard};

@@ -351,13 +351,25 @@ impl<O: RecipeOps> ReadWriteLock<O> {
 /// lease.release().await;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Semaphore<O: RecipeOps> {
     ops: Arc<O>,
     path: String,
     max_leases: u32,
     epoch_path: Option<String>,
     data: Bytes,
+}
+
+impl<O: RecipeOps> Clone for Semaphore<O> {
+    fn clone(&self) -> Semaphore<O> {
+        Semaphore {
+            ops: self.ops.clone(),
+            path: self.path.clone(),
+            max_leases: self.max_leases,
+            epoch_path: self.epoch_path.clone(),
+            data: self.data.clone(),
+        }
+    }
 }
 
 impl<O: RecipeOps> Semaphore<O> {
