@@ -294,6 +294,11 @@ impl Cluster {
         }
     }
 
+    /// Takes the client link of member `id` up or down.
+    pub fn client_link(&self, id: u32, up: bool) {
+        self.client_links[(id - 1) as usize].set_up(up);
+    }
+
     /// Every link up, every paused member resumed.
     pub fn heal(&mut self) -> Result<()> {
         for link in self.links.values() {

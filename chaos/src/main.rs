@@ -20,6 +20,7 @@ mod cluster;
 mod config;
 mod nemesis;
 mod report;
+mod summarize;
 mod workload;
 
 use std::path::PathBuf;
@@ -54,6 +55,11 @@ enum Cmd {
         /// Seconds the search may spend on one register.
         #[arg(long, default_value_t = 120)]
         budget_seconds: u64,
+    },
+    /// Summarize report lines (--json-out files) as a markdown table, one row per server.
+    Summarize {
+        /// Files of JSON report lines.
+        files: Vec<PathBuf>,
     },
 }
 
@@ -112,6 +118,7 @@ fn main() {
             history,
             budget_seconds,
         } => check_file(&history, budget_seconds),
+        Cmd::Summarize { files } => summarize::summarize(&files),
         Cmd::Run(args) => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -5,7 +5,8 @@
 //! SIGSTOP of a random member or the leader for 2–4 s, a partition of a random
 //! member or of the leader from the others for 5–10 s, a full disk on one
 //! member for 8–12 s, or a combination (leader killed while another member is
-//! cut off). `failover` kills the leader every 10 s and restarts it 2 s later.
+//! cut off). `isolate` (not in `mixed`) also cuts a member's clients off.
+//! `failover` kills the leader every 10 s and restarts it 2 s later.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -39,6 +40,9 @@ pub enum Fault {
     DiskFull,
     /// The leader killed while another member is cut off (5 s).
     KillLeaderAndPartition,
+    /// A random member cut off from the others *and* from its clients for 5–10 s
+    /// (its clients' requests wait unanswered until they time out).
+    Isolate,
 }
 
 impl Fault {
@@ -53,10 +57,11 @@ impl Fault {
             Fault::PartitionLeader => "partition-leader",
             Fault::DiskFull => "disk-full",
             Fault::KillLeaderAndPartition => "kill-leader+partition",
+            Fault::Isolate => "isolate",
         }
     }
 
-    const ALL: [Fault; 8] = [
+    const ALL: [Fault; 9] = [
         Fault::Kill,
         Fault::KillLeader,
         Fault::Pause,
@@ -65,6 +70,7 @@ impl Fault {
         Fault::PartitionLeader,
         Fault::DiskFull,
         Fault::KillLeaderAndPartition,
+        Fault::Isolate,
     ];
 }
 
@@ -244,7 +250,7 @@ async fn apply(
                 random
             }
         },
-        Fault::Kill | Fault::Pause | Fault::Partition | Fault::DiskFull => random,
+        Fault::Kill | Fault::Pause | Fault::Partition | Fault::DiskFull | Fault::Isolate => random,
     };
     let others: Vec<u32> = members.iter().copied().filter(|&m| m != target).collect();
     let start = rec.now();
@@ -267,6 +273,17 @@ async fn apply(
             cluster.lock().await.partition(target, &others, false);
             sleep_for(rng.random_range(5000..=10000)).await;
             cluster.lock().await.partition(target, &others, true);
+        }
+        Fault::Isolate => {
+            {
+                let c = cluster.lock().await;
+                c.partition(target, &others, false);
+                c.client_link(target, false);
+            }
+            sleep_for(rng.random_range(5000..=10000)).await;
+            let c = cluster.lock().await;
+            c.partition(target, &others, true);
+            c.client_link(target, true);
         }
         Fault::DiskFull => {
             let bytes = cluster.lock().await.fill_disk(target)?;

@@ -137,6 +137,28 @@ impl RunReport<'_> {
         )
     }
 
+    /// Register writes acknowledged through a member while its disk was full
+    /// (invoked during that member's disk-full fault, answered ok).
+    pub fn disk_full_writes(&self) -> u64 {
+        let mut n = 0;
+        for p in self
+            .timeline
+            .phases
+            .iter()
+            .filter(|p| p.fault == "disk-full")
+        {
+            n += self
+                .ops
+                .iter()
+                .filter(|o| o.invoke >= p.start && o.invoke < p.end && o.outcome.is_ok())
+                .filter(|o| {
+                    o.call.is_register_write() && o.member.is_some_and(|m| p.members.contains(&m))
+                })
+                .count() as u64;
+        }
+        n
+    }
+
     /// Whether the run passes: no anomaly, nothing acknowledged lost.
     pub fn passed(&self) -> bool {
         self.analysis.anomalies() == 0 && self.analysis.acked_lost == 0
@@ -203,6 +225,12 @@ impl RunReport<'_> {
                 p.end as f64 / 1e9
             ));
         }
+        if self.timeline.phases.iter().any(|p| p.fault == "disk-full") {
+            s.push_str(&format!(
+                "  disk full: {} register writes acknowledged through a member while its disk was full\n",
+                self.disk_full_writes()
+            ));
+        }
         for n in &self.timeline.notes {
             s.push_str(&format!("  note: {n}\n"));
         }
@@ -230,7 +258,9 @@ impl RunReport<'_> {
             "acked_lost": self.analysis.acked_lost,
             "registers": self.analysis.keys_checked,
             "registers_linearizable": self.analysis.keys_linearizable,
-            "failover_ms": {"p50": p50, "max": max, "kills": n, "kills_without_write": missing},
+            "failover_ms": {"p50": p50, "max": max, "kills": n, "kills_without_write": missing,
+                "samples": failover_ms(self.ops, &self.timeline.leader_kills)},
+            "disk_full_writes_acked_through_full_member": self.disk_full_writes(),
             "faults": self.timeline.phases.len(),
         })
     }
