@@ -11,8 +11,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use rzk_wire::server::Incoming;
 use rzk_wire::ServerCodec;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::codec::FramedRead;
@@ -46,10 +45,21 @@ pub(crate) struct ConnCtx {
     pub(crate) whitelist: FourLetterWhitelist,
 }
 
-/// Serves one connection until it closes.
+/// Serves one plain TCP connection until it closes.
 pub(crate) async fn serve(stream: TcpStream, peer: SocketAddr, id: ConnId, ctx: Arc<ConnCtx>) {
     let _ = stream.set_nodelay(true);
+    // The owned halves of a TcpStream share no lock (tokio::io::split has one).
     let (rd, wr) = stream.into_split();
+    serve_split(rd, wr, peer, id, ctx).await;
+}
+
+/// Serves one connection given as its two halves (plain TCP, or TLS through
+/// `tokio::io::split`) until it closes.
+pub(crate) async fn serve_split<R, W>(rd: R, wr: W, peer: SocketAddr, id: ConnId, ctx: Arc<ConnCtx>)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let outbox = Arc::new(Outbox::new(ctx.outgoing_bytes_max));
     let writer = tokio::spawn(write_loop(wr, outbox.clone()));
     let mut framed = FramedRead::with_capacity(
@@ -102,8 +112,8 @@ pub(crate) async fn serve(stream: TcpStream, peer: SocketAddr, id: ConnId, ctx: 
     let _ = writer.await;
 }
 
-async fn read_loop(
-    framed: &mut FramedRead<tokio::net::tcp::OwnedReadHalf, ServerCodec>,
+async fn read_loop<R: AsyncRead + Unpin>(
+    framed: &mut FramedRead<R, ServerCodec>,
     peer: SocketAddr,
     id: ConnId,
     ctx: &ConnCtx,
@@ -179,7 +189,7 @@ async fn read_loop(
     }
 }
 
-async fn write_loop(mut wr: OwnedWriteHalf, outbox: Arc<Outbox>) {
+async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, outbox: Arc<Outbox>) {
     loop {
         match outbox.next() {
             Next::Write(buf) => {
