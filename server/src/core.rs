@@ -1323,8 +1323,13 @@ impl Core {
     fn on_committed(&mut self, item: Committed) -> Result<(), CoreError> {
         match item {
             Committed::Snapshot { zxid, data } => {
-                let (tree, sessions, at) = DataTree::load_snapshot(&data)
-                    .map_err(|e| CoreError::Corrupt(format!("snapshot at {zxid}: {e}")))?;
+                // Zxid 0 with no bytes is the empty state of a new data directory.
+                let (tree, sessions, at) = if zxid == Zxid::ZERO && data.is_empty() {
+                    (DataTree::new(), Vec::new(), Zxid::ZERO)
+                } else {
+                    DataTree::load_snapshot(&data)
+                        .map_err(|e| CoreError::Corrupt(format!("snapshot at {zxid}: {e}")))?
+                };
                 self.tree = tree;
                 self.sessions.clear();
                 let now = Instant::now();

@@ -40,6 +40,7 @@ pub mod logging;
 pub mod outbox;
 pub mod path;
 pub mod prep;
+pub mod replication;
 mod server;
 pub mod tree;
 pub mod txn;
@@ -49,7 +50,8 @@ pub mod watch;
 mod replay_tests;
 
 pub use crate::core::CoreError;
-pub use server::{open_standalone, run, serve, server_id, ServerError};
+pub use replication::{open_replicator, server_id, Membership, ReplicationError};
+pub use server::{run, serve, serve_member, ServerError};
 
 /// The README's example is compiled as a doctest so that it cannot rot.
 #[cfg(doctest)]
