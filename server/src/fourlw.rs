@@ -5,7 +5,7 @@ use std::path::Path;
 
 use rzk_wire::FourLetterWord;
 
-use crate::core::{format_sid, now_ms, Core};
+use crate::core::{format_sid, now_ms, Core, Serving};
 
 /// The version string rzk reports where ZooKeeper reports its own: the
 /// protocol version it speaks, then rzk's.
@@ -63,6 +63,23 @@ fn max_fds() -> u64 {
 }
 
 impl Core {
+    /// `srvr`'s and `mntr`'s mode: standalone for an ensemble of one, else the
+    /// member's role.
+    fn mode(&self) -> &'static str {
+        match self.serving {
+            Serving::No => "looking",
+            Serving::Yes { .. } if self.cfg.voters == 1 && self.cfg.server.servers.is_empty() => {
+                "standalone"
+            }
+            Serving::Yes { role, .. } => match role {
+                rzk_quorum::Role::Leader => "leader",
+                rzk_quorum::Role::Follower => "follower",
+                rzk_quorum::Role::Observer => "observer",
+                rzk_quorum::Role::Looking => "looking",
+            },
+        }
+    }
+
     fn avg_latency(&self) -> f64 {
         if self.stats.replies == 0 {
             0.0
@@ -84,7 +101,7 @@ impl Core {
         let _ = writeln!(out, "Connections: {}", self.conns.len());
         let _ = writeln!(out, "Outstanding: {}", self.outstanding());
         let _ = writeln!(out, "Zxid: 0x{:x}", self.applied.as_u64());
-        let _ = writeln!(out, "Mode: standalone");
+        let _ = writeln!(out, "Mode: {}", self.mode());
         let _ = writeln!(out, "Node count: {}", self.tree.node_count());
     }
 
@@ -136,7 +153,14 @@ impl Core {
         let cfg = &self.cfg.server;
         match word {
             FourLetterWord::Ruok => out.push_str("imok"),
-            FourLetterWord::Isro => out.push_str("rw"),
+            FourLetterWord::Isro => out.push_str(if self.serving == Serving::No {
+                "null"
+            } else {
+                "rw"
+            }),
+            FourLetterWord::Srvr | FourLetterWord::Stat if self.serving == Serving::No => {
+                out.push_str("This ZooKeeper instance is not currently serving requests\n");
+            }
             FourLetterWord::Srvr => {
                 let _ = writeln!(out, "Zookeeper version: {}", version());
                 self.summary_tail(&mut out);
@@ -153,9 +177,9 @@ impl Core {
                 out.push('\n');
             }
             FourLetterWord::Mntr => {
-                let metrics: Vec<(&str, String)> = vec![
+                let mut metrics: Vec<(&str, String)> = vec![
                     ("version", version()),
-                    ("server_state", "standalone".into()),
+                    ("server_state", self.mode().into()),
                     ("ephemerals_count", self.tree.ephemeral_count().to_string()),
                     ("num_alive_connections", self.conns.len().to_string()),
                     ("avg_latency", java_double(self.avg_latency())),
@@ -193,6 +217,19 @@ impl Core {
                     ),
                     ("non_mtls_local_conn_count", "0".into()),
                 ];
+                if self.leader.is_some() {
+                    // The leader's view of its ensemble, as ZooKeeper's leader
+                    // reports it.
+                    let q = self.replicator.stats();
+                    let followers = q.learners.iter().filter(|l| l.voting).count();
+                    let synced = q.learners.iter().filter(|l| l.voting && l.synced).count();
+                    metrics.push(("quorum_size", q.voters.to_string()));
+                    metrics.push(("learners", q.learners.len().to_string()));
+                    metrics.push(("synced_non_voting_followers", "0".into()));
+                    metrics.push(("followers", followers.to_string()));
+                    metrics.push(("synced_followers", synced.to_string()));
+                    metrics.push(("pending_syncs", q.pending_syncs.to_string()));
+                }
                 for (k, v) in metrics {
                     let _ = writeln!(out, "zk_{k}\t{v}");
                 }
@@ -218,6 +255,32 @@ impl Core {
                         self.cfg.server_id
                     }
                 );
+                if let Some(me) = cfg.servers.get(&self.cfg.server_id) {
+                    let _ = writeln!(out, "initLimit={}", cfg.init_limit);
+                    let _ = writeln!(out, "syncLimit={}", cfg.sync_limit);
+                    out.push_str("electionAlg=3\n");
+                    let _ = writeln!(out, "electionPort={}", me.election_port);
+                    let _ = writeln!(out, "quorumPort={}", me.quorum_port);
+                    let observer = me.role == crate::config::PeerRole::Observer;
+                    let _ = writeln!(out, "peerType={}", u8::from(observer));
+                    out.push_str("membership: \n");
+                    for (id, p) in &cfg.servers {
+                        let role = match p.role {
+                            crate::config::PeerRole::Participant => "participant",
+                            crate::config::PeerRole::Observer => "observer",
+                        };
+                        let client = match &p.client {
+                            Some((h, port)) => format!("{h}:{port}"),
+                            None => format!("{}:{}", cfg.client_addr.ip(), cfg.client_addr.port()),
+                        };
+                        let _ = writeln!(
+                            out,
+                            "server.{id}={}:{}:{}:{role};{client}",
+                            p.host, p.quorum_port, p.election_port
+                        );
+                    }
+                    out.push_str("version=0\n");
+                }
             }
             FourLetterWord::Envi => {
                 out.push_str("Environment:\n");
@@ -277,7 +340,10 @@ impl Core {
                 ids.sort_unstable_by_key(|(id, _)| **id);
                 let now = std::time::Instant::now();
                 for (id, s) in &ids {
-                    let left = s.deadline.saturating_duration_since(now).as_millis() as i64;
+                    let left = self
+                        .session_deadline(**id, s.timeout_ms)
+                        .saturating_duration_since(now)
+                        .as_millis() as i64;
                     let _ = writeln!(out, "1 expire at {}:", now_ms() + left);
                     let _ = writeln!(out, "\t{}", format_sid(**id));
                 }

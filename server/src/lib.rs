@@ -32,16 +32,23 @@
 
 pub mod acl;
 pub mod apply;
+mod commit;
 pub mod config;
 mod conn;
 mod core;
+mod forward;
 mod fourlw;
+mod leader;
 pub mod logging;
 pub mod outbox;
 pub mod path;
 pub mod prep;
+mod read;
 pub mod replication;
+mod route;
 mod server;
+mod sessions;
+mod snapshot;
 pub mod tree;
 pub mod txn;
 pub mod watch;

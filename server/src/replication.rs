@@ -85,10 +85,12 @@ pub fn server_id(config: &ServerConfig) -> Result<u64, ReplicationError> {
         path: path.clone(),
         reason: e.to_string(),
     })?;
-    text.trim().parse::<u64>().map_err(|e| ReplicationError::MyId {
-        path,
-        reason: format!("not a number: {e}"),
-    })
+    text.trim()
+        .parse::<u64>()
+        .map_err(|e| ReplicationError::MyId {
+            path,
+            reason: format!("not a number: {e}"),
+        })
 }
 
 /// Who is in the ensemble, as this member sees it.

@@ -72,14 +72,15 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     let server_id = replicator.id().0;
-    let core = Core::recover(
+    let voters = replicator.stats().voters;
+    let core = Core::new(
         CoreConfig {
             server: config.clone(),
             server_id,
+            voters,
         },
         replicator,
-    )
-    .await?;
+    )?;
     let (core_tx, core_rx) = mpsc::channel(CORE_QUEUE_MAX);
     let mut core_task = tokio::spawn(core.run(core_rx));
     let ctx = Arc::new(ConnCtx {

@@ -644,12 +644,14 @@ impl Peer {
         }
         self.raise_commit_known(last);
         self.apply_enabled = true;
+        // The initial history is applied before the role is announced: a server
+        // serves from the Role item on, so it must come after that history.
+        self.advance_apply();
         self.out.push(Output::RoleChanged {
             role: Role::Leader,
             leader: Some(self.cfg.id),
             epoch,
         });
-        self.advance_apply();
     }
 
     /// The zxid for the next proposal, rolling over to the next epoch (counter 1)

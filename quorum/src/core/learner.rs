@@ -447,12 +447,14 @@ impl Peer {
         f.phase = Phase::UpToDate;
         let (leader, epoch) = (f.leader, f.epoch);
         self.apply_enabled = true;
+        // The synced history is applied before the role is announced: a server
+        // serves from the Role item on, so it must come after that history.
+        self.advance_apply();
         self.out.push(Output::RoleChanged {
             role: Role::Follower,
             leader: Some(leader),
             epoch,
         });
-        self.advance_apply();
     }
 
     pub(super) fn learner_tick(&mut self) {

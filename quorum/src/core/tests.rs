@@ -231,16 +231,17 @@ fn newleader_ack_only_after_log_and_current_epoch_are_durable() {
             to_leader(session, 3, SessionMsg::Ack { upto: z(1, 2) }),
         ]
     );
+    // The synced history is applied before the role that lets the server serve.
     let out = p.step(Tick(7), s.msg(SessionMsg::UpToDate { committed: z(1, 2) }));
     assert_eq!(
         out,
         vec![
+            Output::Apply(vec![entry(1, 1), entry(1, 2)]),
             Output::RoleChanged {
                 role: Role::Follower,
                 leader: Some(L),
                 epoch: Epoch(2),
             },
-            Output::Apply(vec![entry(1, 1), entry(1, 2)]),
         ]
     );
 }
