@@ -741,11 +741,10 @@ impl Core {
     /// Hands a client write to the leader: prepped in place when this member
     /// leads (borrowing the connection's identities), forwarded otherwise.
     fn submit_write(&mut self, id: ConnId, request: u64, sid: i64, frame: RequestFrame) {
-        if self.leader.is_some() {
+        if let Some(leader) = self.leader.as_mut() {
             let Some(conn) = self.conns.get(&id) else {
                 return;
             };
-            let leader = self.leader.as_mut().expect("checked above");
             leader.submit(
                 &self.tree,
                 &self.sessions,
