@@ -248,11 +248,14 @@ impl Entries {
     }
 }
 
+/// One remembered configuration: the linearized set and the state.
+type Remembered = (Box<[u64]>, Option<RegState>);
+
 /// Remembered configurations (which ops are linearized, and the state),
 /// bucketed by a hash of both; a lookup allocates nothing.
 #[derive(Default)]
 struct Memo {
-    buckets: HashMap<u64, Vec<(Box<[u64]>, Option<RegState>)>>,
+    buckets: HashMap<u64, Vec<Remembered>>,
     len: usize,
 }
 
