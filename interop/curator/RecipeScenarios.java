@@ -76,7 +76,7 @@ public class RecipeScenarios {
             Files.writeString(dir.resolve("zoo.cfg"), "tickTime=500\ndataDir=" + dir.resolve("data") + "\nclientPort=" + port
                 + "\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\n4lw.commands.whitelist=*\nadmin.enableServer=false\n");
             // A scenario stopped from outside (timeout's SIGTERM) must not leave the server running.
-            Runtime.getRuntime().addShutdownHook(new Thread(() -> { if (p != null) p.destroyForcibly(); }));
+            Runtime.getRuntime().addShutdownHook(new Thread(this::close));
             start();
         }
 
