@@ -75,6 +75,8 @@ public class RecipeScenarios {
             Files.createDirectories(dir.resolve("data"));
             Files.writeString(dir.resolve("zoo.cfg"), "tickTime=500\ndataDir=" + dir.resolve("data") + "\nclientPort=" + port
                 + "\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\n4lw.commands.whitelist=*\nadmin.enableServer=false\n");
+            // A scenario stopped from outside (timeout's SIGTERM) must not leave the server running.
+            Runtime.getRuntime().addShutdownHook(new Thread(this::close));
             start();
         }
 
