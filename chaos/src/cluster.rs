@@ -467,3 +467,72 @@ pub fn tail(path: &Path, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        toml::from_str(
+            r#"
+            name = "test"
+            members = 3
+            peer_ports = ["quorum", "election"]
+            server_line = "server.{peer}={host}:{port.quorum}:{port.election}"
+            data_dir = "{disk}/data"
+            start = ["true"]
+            [probe]
+            word = "srvr"
+            serving = "Mode: "
+            leader = "Mode: leader"
+            [[files]]
+            path = "{dir}/zoo.cfg"
+            content = "id={id}\n{server_lines}\n"
+            "#,
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn each_member_binds_its_own_ports_and_reaches_peers_through_its_proxies() {
+        let work = tempfile::tempdir().unwrap();
+        let cluster = Cluster::create(config(), work.path(), None).await.unwrap();
+        for m in &cluster.members {
+            let cfg = std::fs::read_to_string(m.dir.join("zoo.cfg")).unwrap();
+            for peer in &cluster.members {
+                let line = cfg
+                    .lines()
+                    .find(|l| l.starts_with(&format!("server.{}=", peer.id)))
+                    .unwrap();
+                let (q, e) = if peer.id == m.id {
+                    (peer.ports["quorum"], peer.ports["election"])
+                } else {
+                    let q = cluster.links[&(m.id, peer.id, "quorum".to_string())]
+                        .local()
+                        .port();
+                    let e = cluster.links[&(m.id, peer.id, "election".to_string())]
+                        .local()
+                        .port();
+                    assert_ne!(
+                        q, peer.ports["quorum"],
+                        "a peer's real port leaked into {cfg}"
+                    );
+                    (q, e)
+                };
+                assert_eq!(line, format!("server.{}=127.0.0.1:{q}:{e}", peer.id));
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_partition_cuts_both_directions_of_that_member_only() {
+        let work = tempfile::tempdir().unwrap();
+        let mut cluster = Cluster::create(config(), work.path(), None).await.unwrap();
+        cluster.partition(1, &[2, 3], false);
+        for ((from, to, _), link) in &cluster.links {
+            assert_eq!(link.is_up(), *from != 1 && *to != 1, "{from}->{to}");
+        }
+        cluster.heal().unwrap();
+        assert!(cluster.links.values().all(|l| l.is_up()));
+    }
+}

@@ -104,7 +104,7 @@ struct RunArgs {
     #[arg(long)]
     json_out: Option<PathBuf>,
     /// Seconds the search may spend on one register.
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = 60)]
     budget_seconds: u64,
     /// Exit 3 if a register could not be decided.
     #[arg(long)]

@@ -320,3 +320,28 @@ async fn apply(
     });
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules_parse_and_unknown_faults_are_named() {
+        assert!(matches!(
+            "failover".parse::<Schedule>().unwrap(),
+            Schedule::Failover
+        ));
+        match "kill,isolate".parse::<Schedule>().unwrap() {
+            Schedule::Mixed(f) => assert_eq!(f, vec![Fault::Kill, Fault::Isolate]),
+            other => panic!("{other:?}"),
+        }
+        for f in Fault::ALL {
+            assert_eq!(f.name().parse::<Fault>().unwrap(), f);
+        }
+        let err = "kill,nope".parse::<Schedule>().unwrap_err().to_string();
+        assert!(
+            err.contains("nope") && err.contains("partition-leader"),
+            "{err}"
+        );
+    }
+}

@@ -265,3 +265,55 @@ impl RunReport<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rzk_chaos::history::{Outcome, Ret, NEVER};
+
+    fn op(id: u64, invoke_ms: u64, complete_ms: u64, call: Call, ok: bool) -> Op {
+        Op {
+            id,
+            process: 0,
+            session: 1,
+            member: Some(1),
+            invoke: invoke_ms * 1_000_000,
+            complete: if ok { complete_ms * 1_000_000 } else { NEVER },
+            call,
+            outcome: if ok {
+                Outcome::Ok(Ret::Version { version: 1 })
+            } else {
+                Outcome::Info {
+                    reason: "lost".into(),
+                }
+            },
+            zxid: None,
+        }
+    }
+
+    #[test]
+    fn failover_is_the_first_acknowledged_write_invoked_after_the_kill() {
+        let w = |key| Call::Write {
+            key,
+            value: "v".into(),
+        };
+        let ops = vec![
+            op(0, 90, 1100, w(1), true), // invoked before the kill: not counted
+            op(1, 120, 0, w(1), false),  // unknown: not acknowledged
+            op(2, 130, 700, Call::Read { key: 1 }, true), // a read is not a write
+            op(3, 140, 900, w(2), true), // the first: 900 - 100 = 800 ms
+            op(4, 150, 850, w(2), true), // completes earlier: 750 ms
+        ];
+        assert_eq!(
+            failover_ms(&ops, &[100_000_000, 5_000_000_000]),
+            vec![Some(750.0), None]
+        );
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        assert_eq!(percentile(&[1.0, 2.0], 0.5), Some(1.0));
+        assert_eq!(percentile(&[1.0, 2.0, 3.0], 0.5), Some(2.0));
+        assert_eq!(percentile(&[], 0.5), None);
+    }
+}

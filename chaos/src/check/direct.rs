@@ -236,6 +236,32 @@ fn final_state(key: u32, ops: &[&Op], out: &mut Direct) {
         .filter(|o| o.process == FINAL_PROCESS)
         .collect();
     let mut lost: BTreeMap<u64, &Op> = BTreeMap::new();
+    // Rolled back: an acknowledged write whose version was later seen holding
+    // another value (the ensemble went back and wrote that version again).
+    let mut rolled_back = 0;
+    for &(wv, wver, w) in &acked {
+        let later = ops.iter().find(|o| {
+            o.invoke > w.complete
+                && read_result(o)
+                    .or_else(|| write_result(o))
+                    .is_some_and(|(v, ver)| ver == wver && v != wv)
+        });
+        if let Some(later) = later {
+            if lost.insert(w.id, w).is_none() {
+                rolled_back += 1;
+                if rolled_back <= 3 {
+                    out.findings.push(Finding {
+                        kind: FindingKind::AckedLost,
+                        key: Some(key),
+                        message: format!(
+                            "k{key}: acknowledged write {wv:?} (v={wver}) was rolled back: v={wver} later held another value"
+                        ),
+                        ops: vec![w.clone(), (*later).clone()],
+                    });
+                }
+            }
+        }
+    }
     let mut states: BTreeMap<(i32, String), Vec<&Op>> = BTreeMap::new();
     for f in &finals {
         let Some((value, version)) = read_result(f) else {
@@ -263,16 +289,16 @@ fn final_state(key: u32, ops: &[&Op], out: &mut Direct) {
             }
         }
     }
-    if !lost.is_empty() {
-        out.acked_lost += lost.len();
+    let at_end = lost.len() - rolled_back;
+    out.acked_lost += lost.len();
+    if at_end > 0 {
         let mut shown: Vec<Op> = lost.values().map(|o| (*o).clone()).take(5).collect();
         shown.extend(finals.iter().map(|o| (*o).clone()));
         out.findings.push(Finding {
             kind: FindingKind::AckedLost,
             key: Some(key),
             message: format!(
-                "k{key}: {} acknowledged write(s) missing from the final state of some member",
-                lost.len()
+                "k{key}: {at_end} acknowledged write(s) missing from the final state of some member"
             ),
             ops: shown,
         });

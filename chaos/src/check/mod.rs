@@ -60,6 +60,9 @@ impl FindingKind {
     }
 }
 
+/// Ops of a finding printed by [`Finding::describe`].
+pub const DESCRIBE_OPS_MAX: usize = 40;
+
 /// One thing the checker found, with the shortest sub-history that shows it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Finding {
@@ -74,12 +77,19 @@ pub struct Finding {
 }
 
 impl Finding {
-    /// The finding with its sub-history, one op per line.
+    /// The finding with its sub-history, one op per line (at most
+    /// [`DESCRIBE_OPS_MAX`]; the JSON history has them all).
     pub fn describe(&self) -> String {
         let mut s = format!("{:?}: {}", self.kind, self.message);
-        for op in &self.ops {
+        for op in self.ops.iter().take(DESCRIBE_OPS_MAX) {
             s.push_str("\n    ");
             s.push_str(&op.describe());
+        }
+        if self.ops.len() > DESCRIBE_OPS_MAX {
+            s.push_str(&format!(
+                "\n    ... {} more ops",
+                self.ops.len() - DESCRIBE_OPS_MAX
+            ));
         }
         s
     }

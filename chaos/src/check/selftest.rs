@@ -289,9 +289,14 @@ fn a_stale_read_after_sync_is_found_but_a_stale_plain_read_is_allowed() {
 fn a_read_of_a_value_never_written_is_found() {
     let mut h = H::new();
     h.write(0, 0, 10, 1, "a", 1).read(1, 20, 30, 1, "zzz", 1);
+    // "zzz" at v=1 also means the acknowledged "a" (v=1) is gone.
     assert_eq!(
         h.kinds(),
-        vec![FindingKind::NeverWritten, FindingKind::VersionConflict]
+        vec![
+            FindingKind::NeverWritten,
+            FindingKind::VersionConflict,
+            FindingKind::AckedLost
+        ]
     );
     // A value whose write definitely failed is never written too.
     let mut h = H::new();
@@ -415,4 +420,98 @@ fn a_long_history_is_decided_quickly() {
         &a.findings[..a.findings.len().min(3)]
     );
     assert_eq!(a.keys_linearizable, 1);
+}
+
+/// Many writes with unknown outcome, each still open when the next acknowledged
+/// ones arrive: decided (both ways) with a small state budget, because reads
+/// and final reads settle which of them took effect.
+#[test]
+fn open_indeterminate_writes_are_settled_by_what_was_read() {
+    let build = |stale_final: bool| {
+        let mut h = H::new();
+        let mut version = 0;
+        for i in 0..40u64 {
+            let t = i * 10;
+            h.write_info((i % 4) as u32, t, 1, &format!("lost{i}"));
+            if i % 10 == 5 {
+                // This one took effect: a later read sees it.
+                version += 1;
+                h.sync_read(5, t + 5, t + 8, 1, &format!("lost{i}"), version);
+            } else {
+                version += 1;
+                h.write(6, t + 1, t + 4, 1, &format!("v{i}"), version);
+            }
+        }
+        let (value, v) = if stale_final {
+            ("v38".to_string(), version - 1)
+        } else {
+            ("v39".to_string(), version)
+        };
+        for m in 1..=3 {
+            h.final_read(m, 1000, 1, &value, v);
+        }
+        h
+    };
+    let small = Budget {
+        states_max: 20_000,
+        ..Budget::default()
+    };
+    let ok = analyze(&build(false).ops, small);
+    assert!(ok.findings.is_empty(), "{:#?}", ok.findings);
+    let bad = analyze(&build(true).ops, small);
+    let kinds: Vec<_> = bad.findings.iter().map(|f| f.kind).collect();
+    assert!(kinds.contains(&FindingKind::NotLinearizable), "{kinds:?}");
+    assert!(!kinds.contains(&FindingKind::Undecided), "{kinds:?}");
+}
+
+#[test]
+fn an_unread_indeterminate_write_may_fill_a_version_gap() {
+    // Version 2 was produced by the write whose outcome is unknown.
+    let mut h = H::new();
+    h.write(0, 0, 10, 1, "a", 1)
+        .write_info(1, 20, 1, "b")
+        .write(2, 40, 50, 1, "c", 3)
+        .sync_read(0, 60, 70, 1, "c", 3);
+    assert_eq!(h.kinds(), vec![]);
+    // A write read at a version it cannot have produced (its CAS expected 0).
+    let mut h = H::new();
+    h.write(0, 0, 10, 1, "a", 1);
+    h.push(
+        1,
+        0x101,
+        20,
+        NEVER,
+        Call::Cas {
+            key: 1,
+            expected: 0,
+            value: "b".into(),
+        },
+        Outcome::Info {
+            reason: "lost".into(),
+        },
+    );
+    h.sync_read(2, 40, 50, 1, "b", 2);
+    assert!(
+        h.kinds().contains(&FindingKind::NotLinearizable),
+        "{:?}",
+        h.kinds()
+    );
+}
+
+#[test]
+fn a_rolled_back_write_is_lost_even_if_later_versions_pass_it() {
+    // "b" was acknowledged at v=2; later the ensemble wrote v=2 again with "c"
+    // and went on to v=3: the final state is past v=2, but "b" is gone.
+    let mut h = H::new();
+    h.write(0, 0, 10, 1, "a", 1)
+        .write(1, 20, 30, 1, "b", 2)
+        .write(2, 40, 50, 1, "c", 2)
+        .write(0, 60, 70, 1, "d", 3)
+        .final_read(1, 100, 1, "d", 3);
+    let a = analyze(&h.ops, Budget::default());
+    let kinds: Vec<_> = a.findings.iter().map(|f| f.kind).collect();
+    assert!(kinds.contains(&FindingKind::AckedLost), "{kinds:?}");
+    assert!(kinds.contains(&FindingKind::VersionConflict), "{kinds:?}");
+    assert!(kinds.contains(&FindingKind::NotLinearizable), "{kinds:?}");
+    assert_eq!(a.acked_lost, 1);
 }

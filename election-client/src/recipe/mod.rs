@@ -1,5 +1,9 @@
-//! Recipes: [`LeaderLatch`], [`LeaderSelector`], [`Mutex`], all built on one
-//! [`candidacy`] state machine with fencing, run by one task each over [`RecipeOps`].
+//! Recipes, each a sans-IO state machine run by one task over [`RecipeOps`]:
+//! - [`LeaderLatch`], [`LeaderSelector`], [`Mutex`]: the [`candidacy`] machine, fenced;
+//! - [`ReadWriteLock`], [`Semaphore`]: the [`queue`] machine;
+//! - [`TreeCache`] ([`NodeCache`], [`ChildrenCache`]), [`PersistentNode`],
+//!   [`SharedCounter`], [`Barrier`], [`DoubleBarrier`]: machines of the generic
+//!   [`engine`].
 
 pub mod barrier;
 pub mod candidacy;

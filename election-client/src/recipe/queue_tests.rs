@@ -585,13 +585,22 @@ mod handles {
         let w = lock.write().await.expect("write");
         let w2 = lock.write().await.expect("re-entered");
         let r = lock.read().await.expect("read under the write lock");
+        let view = r.clone();
         assert_eq!(nodes(&server), 1, "one acquisition shared by three guards");
         assert_eq!(w.token(), r.token());
         w.release().await;
         w2.release().await;
         assert!(r.is_held(), "the read guard keeps the write lock");
         r.release().await;
-        eventually("released", || nodes(&server) == 0).await;
+        // A view kept by another task does not keep the lock.
+        assert!(!view.is_held());
+        assert_eq!(nodes(&server), 0, "released although a view is alive");
+        let w = lock
+            .write()
+            .await
+            .expect("a new write acquisition, not a re-entry");
+        assert_ne!(w.grant().node, view.grant().node);
+        w.release().await;
 
         let r = lock.read().await.expect("read");
         let err = lock.write().await.expect_err("upgrade refused");

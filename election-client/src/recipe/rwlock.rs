@@ -36,11 +36,14 @@
 //! guard taken under the write lock keeps the write lock until it is dropped: this is not
 //! a downgrade); further `read()` calls while it holds a read lock share that one.
 //! `write()` while holding only a read lock is refused: the upgrade would wait for itself.
-//! (Curator counts re-entrancy per thread and allows a downgrade by taking a read node
-//! behind its own write node, which a queued writer can then overtake.)
+//! (Curator counts re-entrancy per thread and grants a read to the thread that holds
+//! the write lock whatever the read node's position, its downgrade; a writer queued
+//! before that read node is admitted once the write lock is released, beside the
+//! downgraded reader. This follows from its read predicate; not exercised here.)
 //!
 //! [`FencingToken`]: crate::FencingToken
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
@@ -67,6 +70,9 @@ pub const LEASE_NAME: &str = "lease-";
 #[derive(Debug)]
 struct Held {
     running: Running<QueueMachine>,
+    /// Acquisitions not yet released: 1, plus one per re-entrant `write()`/`read()` of
+    /// the handle that shares this one. Clones of a guard are views and do not count.
+    holds: std::sync::atomic::AtomicUsize,
     /// The grant at acquisition.
     grant: Grant,
     /// The current grant, or why there is none.
@@ -119,13 +125,18 @@ async fn acquire<O: RecipeOps>(
     };
     Ok(Some(Arc::new(Held {
         running,
+        holds: std::sync::atomic::AtomicUsize::new(1),
         grant,
         current,
     })))
 }
 
-/// A held write lock, read lock or lease. Clones share the acquisition; its node is
-/// deleted when the last clone is dropped or released.
+/// A held write lock, read lock or lease.
+///
+/// [`LockGuard::release`] gives one acquisition back; the node is deleted when the last
+/// acquisition sharing it (re-entrant calls on one handle share one node) is released,
+/// or when every guard and clone is dropped. Clones are views of the same acquisition
+/// (to watch it from another task): they do not hold it, and see it released.
 #[derive(Debug, Clone)]
 pub struct LockGuard {
     held: Arc<Held>,
@@ -182,12 +193,17 @@ impl LockGuard {
         state.0.clone().ok_or(Error::Closed)
     }
 
-    /// Release this guard; when it is the last of its acquisition, delete the node and
-    /// wait for that.
+    /// Give this acquisition back; when it is the last one sharing the node, delete the
+    /// node and wait for that. Views (clones) of it see it released.
     pub async fn release(self) {
-        if let Ok(held) = Arc::try_unwrap(self.held) {
-            held.running.command(QueueCommand::Release);
-            held.running.close().await;
+        let before = self
+            .held
+            .holds
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .unwrap_or(0);
+        if before == 1 {
+            self.held.running.command(QueueCommand::Release);
+            self.held.running.close().await;
         }
     }
 }
@@ -257,10 +273,23 @@ impl<O: RecipeOps> ReadWriteLock<O> {
         self
     }
 
+    /// The handle's acquisition in `slot`, if it is still held (not released, not
+    /// lost): a re-entrant call shares it, counting one more hold.
+    fn reenter(slot: &StdMutex<Weak<Held>>) -> Option<Arc<Held>> {
+        let held = Self::live(slot)?;
+        held.holds
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n > 0).then_some(n + 1)
+            })
+            .ok()?;
+        Some(held)
+    }
+
     fn live(slot: &StdMutex<Weak<Held>>) -> Option<Arc<Held>> {
         let held = slot.lock().unwrap_or_else(|e| e.into_inner()).upgrade()?;
-        // An acquisition whose machine ended (lost) is not re-entered.
-        (!held.running.commands.is_closed()).then_some(held)
+        // A released acquisition, or one whose machine ended (lost), is not re-entered.
+        let open = held.holds.load(Ordering::SeqCst) > 0 && !held.running.commands.is_closed();
+        open.then_some(held)
     }
 
     /// Wait for the write lock.
@@ -276,7 +305,7 @@ impl<O: RecipeOps> ReadWriteLock<O> {
 
     async fn write_within(&self, timeout: Option<Duration>) -> Result<Option<LockGuard>> {
         let _gate = self.gate.lock().await;
-        if let Some(held) = Self::live(&self.writing) {
+        if let Some(held) = Self::reenter(&self.writing) {
             return Ok(Some(LockGuard { held }));
         }
         if Self::live(&self.reading).is_some() {
@@ -315,7 +344,7 @@ impl<O: RecipeOps> ReadWriteLock<O> {
 
     async fn read_within(&self, timeout: Option<Duration>) -> Result<Option<LockGuard>> {
         let _gate = self.gate.lock().await;
-        if let Some(held) = Self::live(&self.writing).or_else(|| Self::live(&self.reading)) {
+        if let Some(held) = Self::reenter(&self.writing).or_else(|| Self::reenter(&self.reading)) {
             return Ok(Some(LockGuard { held }));
         }
         let fence = match &self.epoch_path {
