@@ -328,6 +328,13 @@ impl Peer {
                     },
                     Effect::Snapshot { zxid, data },
                 );
+                // A snapshot holds committed history only, so it holds the
+                // initial history of its own epoch: currentEpoch may rise to
+                // it once it is durable (storage runs in order). Left behind, a
+                // peer holding committed txns of that epoch would lose votes to
+                // a peer of that epoch with fewer of them, which would then cut
+                // them away (found in simulation: a SNAP past a rollover).
+                self.raise_current_to_snapshot(zxid);
                 self.log.clear();
                 self.log_base = zxid;
                 self.gate = None;
