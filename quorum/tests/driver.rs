@@ -94,9 +94,10 @@ fn applied(n: &Node) -> Vec<(Zxid, Bytes)> {
                 state = decode(data);
                 assert_eq!(state.last().map(|s| s.0).unwrap_or(Zxid::ZERO), *zxid);
             }
-            Committed::UpToDate { zxid } => {
+            Committed::Role { zxid, .. } => {
                 assert_eq!(state.last().map(|s| s.0).unwrap_or(Zxid::ZERO), *zxid);
             }
+            Committed::Forwarded { .. } => {}
             Committed::Txn { zxid, payload } => {
                 if let Some(last) = state.last() {
                     assert!(zxid.is_next(last.0), "{zxid} after {}", last.0);
@@ -173,7 +174,7 @@ async fn three_replicas_commit_in_order_and_survive_failover() {
 
     // Kill the leader: a new one is elected among the survivors.
     let old = nodes.remove(l);
-    old.rep.shutdown();
+    old.rep.abort();
     net.isolate(old.rep.id());
     wait_for("a new leader", || {
         leader_of(&nodes.iter().collect::<Vec<_>>()).is_some()
@@ -310,12 +311,16 @@ async fn the_stream_says_up_to_date_after_the_synced_history() {
     })
     .await;
     for n in &nodes {
-        wait_for("UpToDate on every peer", || {
-            n.seen
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|c| matches!(c, Committed::UpToDate { .. }))
+        wait_for("a serving Role on every peer", || {
+            n.seen.lock().unwrap().iter().any(|c| {
+                matches!(
+                    c,
+                    Committed::Role {
+                        role: Role::Leader | Role::Follower,
+                        ..
+                    }
+                )
+            })
         })
         .await;
         assert!(matches!(
@@ -364,7 +369,7 @@ async fn survivors_of_a_reset_leader_elect_without_waiting_for_the_sync_limit() 
     let l = leader_of(&nodes.iter().collect::<Vec<_>>()).unwrap();
     let before = propose_many(&nodes[l].rep, "a", 10).await;
     let old = nodes.remove(l);
-    old.rep.shutdown();
+    old.rep.abort();
     net.isolate(old.rep.id());
     net.reset(old.rep.id());
     wait_for("a new leader", || {
@@ -374,4 +379,51 @@ async fn survivors_of_a_reset_leader_elect_without_waiting_for_the_sync_limit() 
     let l2 = leader_of(&nodes.iter().collect::<Vec<_>>()).unwrap();
     let after = propose_many(&nodes[l2].rep, "b", 1).await;
     assert!(after[0] > *before.last().unwrap());
+}
+
+/// `Committed::Role { Leader }` says the state machine is current: a restarted
+/// peer's recovered log is in the stream before it (checked to fail when the
+/// core reports the role before applying the initial history).
+#[tokio::test]
+async fn a_restarted_leader_replays_its_log_before_its_role() {
+    let net = MemNetwork::new();
+    let storage = MemStorage::new();
+    let single = || {
+        let mut c = Config::new(PeerId(1), [PeerId(1)]);
+        c.finalize_wait = 0;
+        DriverConfig::new(c)
+    };
+    let (t, inbox) = net.join(PeerId(1));
+    let rep = ZabReplicator::start(single(), storage.clone(), t, inbox)
+        .await
+        .unwrap();
+    wait_for("single-voter leader", || rep.role() == Role::Leader).await;
+    let zxids = propose_many(&rep, "r", 3).await;
+    rep.abort();
+    drop(rep);
+    let (t, inbox) = net.join(PeerId(1));
+    let rep = ZabReplicator::start(single(), storage, t, inbox)
+        .await
+        .unwrap();
+    let mut stream = rep.take_commits().unwrap();
+    let mut txns = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .expect("the stream goes on")
+            .expect("open")
+        {
+            Committed::Txn { zxid, .. } => txns.push(zxid),
+            Committed::Role {
+                role: Role::Leader,
+                zxid,
+                ..
+            } => {
+                assert_eq!(txns, zxids, "the whole log before the role");
+                assert_eq!(zxid, *zxids.last().unwrap());
+                break;
+            }
+            Committed::Snapshot { .. } | Committed::Role { .. } | Committed::Forwarded { .. } => {}
+        }
+    }
 }

@@ -459,6 +459,9 @@ fn a_failed_read_retries_the_load_with_backoff() {
 enum Poke {
     None,
     Suspend,
+    ReadOnly,
+    /// A second CONNECTED/RECONNECTED on the same session without a suspension.
+    Reconnected,
     Lose,
     LocalLose,
     StaleInputs,
@@ -466,9 +469,11 @@ enum Poke {
     StreamLost,
 }
 
-const POKES: [Poke; 7] = [
+const POKES: [Poke; 9] = [
     Poke::None,
     Poke::Suspend,
+    Poke::ReadOnly,
+    Poke::Reconnected,
     Poke::Lose,
     Poke::LocalLose,
     Poke::StaleInputs,
@@ -526,6 +531,20 @@ fn seeded_random_histories_with_a_disturbance_at_every_step_keep_the_cache_exact
                                     random_write(&t, &mut rng);
                                     t.h.reconnect_same();
                                 }
+                                Poke::ReadOnly => {
+                                    t.h.conn = None;
+                                    t.h.feed(Input::Conn(ConnectionState::ReadOnly {
+                                        session: t.h.session,
+                                    }));
+                                    t.h.drop_pending();
+                                    random_write(&t, &mut rng);
+                                    t.h.reconnect_same();
+                                }
+                                Poke::Reconnected => {
+                                    t.h.feed(Input::Conn(ConnectionState::Reconnected {
+                                        session: t.h.session,
+                                    }));
+                                }
                                 Poke::Lose | Poke::LocalLose => {
                                     t.h.drop_pending();
                                     t.h.conn = None;
@@ -560,6 +579,34 @@ fn seeded_random_histories_with_a_disturbance_at_every_step_keep_the_cache_exact
                 }
             }
         }
+    }
+}
+
+#[test]
+fn close_at_every_step_ends_at_once_and_reports_nothing_more() {
+    for k in 0..12 {
+        let mut t = T::new(CacheConfig::new(ROOT));
+        tree(&t);
+        t.h.start();
+        t.run(k);
+        t.h.feed(Input::Close);
+        assert!(t.h.ended, "k={k}: not ended");
+        let after = t.h.events.len();
+        t.set("/cfg/a", b"after close");
+        t.run(50);
+        t.h.feed(Input::Conn(ConnectionState::Suspended));
+        t.h.feed(Input::Conn(ConnectionState::Reconnected {
+            session: t.h.session,
+        }));
+        t.run(50);
+        assert_eq!(t.h.events.len(), after, "k={k}: events after close");
+        let out = t.h.m.step(
+            1_000_000,
+            Input::Conn(ConnectionState::Reconnected {
+                session: t.h.session,
+            }),
+        );
+        assert!(out.is_empty(), "k={k}: outputs after close: {out:?}");
     }
 }
 

@@ -247,13 +247,14 @@ fn newleader_ack_only_after_log_and_current_epoch_are_durable() {
     assert_eq!(
         out,
         vec![
+            Output::Apply(vec![entry(1, 1), entry(1, 2)]),
             Output::RoleChanged {
                 role: Role::Follower,
                 leader: Some(L),
                 epoch: Epoch(2),
             },
-            Output::Apply(vec![entry(1, 1), entry(1, 2)]),
-        ]
+        ],
+        "the synced history reaches the state machine before the role does"
     );
 }
 
