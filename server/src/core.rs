@@ -80,6 +80,9 @@ pub(crate) enum CoreMsg {
     Connect {
         conn: ConnId,
         peer: SocketAddr,
+        /// What the connection holds before any auth packet (its address; a
+        /// TLS client certificate's `x509` subject).
+        auth: AuthInfo,
         outbox: Arc<Outbox>,
         req: ConnectRequest,
     },
@@ -475,9 +478,10 @@ impl Core {
             CoreMsg::Connect {
                 conn,
                 peer,
+                auth,
                 outbox,
                 req,
-            } => self.on_connect(conn, peer, outbox, req),
+            } => self.on_connect(conn, peer, auth, outbox, req),
             CoreMsg::Request { conn, req, permit } => self.on_request(conn, req, permit),
             CoreMsg::Closed { conn } => self.on_closed(conn),
             CoreMsg::FourLetter { word, reply } => {
@@ -499,6 +503,7 @@ impl Core {
         &mut self,
         id: ConnId,
         peer: SocketAddr,
+        auth: AuthInfo,
         outbox: Arc<Outbox>,
         req: ConnectRequest,
     ) {
@@ -522,7 +527,7 @@ impl Core {
         let mut conn = Conn {
             outbox,
             peer,
-            auth: AuthInfo::for_peer(peer.ip()),
+            auth,
             state: ConnState::Connecting,
             backlog: VecDeque::new(),
             queue: VecDeque::new(),

@@ -41,6 +41,7 @@ pub mod outbox;
 pub mod path;
 pub mod prep;
 mod server;
+pub mod tls;
 pub mod tree;
 pub mod txn;
 pub mod watch;
@@ -49,7 +50,9 @@ pub mod watch;
 mod replay_tests;
 
 pub use crate::core::CoreError;
-pub use server::{open_standalone, run, serve, server_id, ServerError};
+pub use server::{
+    open_standalone, run, run_listeners, serve, serve_listeners, server_id, Listeners, ServerError,
+};
 
 /// The README's example is compiled as a doctest so that it cannot rot.
 #[cfg(doctest)]

@@ -107,7 +107,17 @@ async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.client_addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.client_addr))?;
-    rzk_server::serve(config, vec![listener], shutdown_signal()).await?;
+    let mut listeners = rzk_server::Listeners {
+        plain: vec![listener],
+        secure: Vec::new(),
+    };
+    if let Some(addr) = config.secure_client_addr {
+        let secure = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (secureClientPort): {e}"))?;
+        listeners.secure.push(secure);
+    }
+    rzk_server::serve_listeners(config, listeners, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
 }
