@@ -143,6 +143,19 @@ pub struct ServerConfig {
     pub secure_client_addr: Option<SocketAddr>,
     /// The `ssl.*` keys for the secure client port (see [`crate::tls`]).
     pub tls: TlsSettings,
+    /// `admin.enableServer` (default true, as ZooKeeper), `admin.serverAddress`
+    /// (default all interfaces; 127.0.0.1 without a file) and
+    /// `admin.serverPort` (default 8080): the AdminServer's HTTP address.
+    pub admin_addr: Option<SocketAddr>,
+    /// `admin.commandURL`: where the commands are (default `/commands`).
+    pub admin_command_url: String,
+    /// `metricsProvider.className=...PrometheusMetricsProvider` with
+    /// `metricsProvider.httpHost` (default all interfaces) and
+    /// `metricsProvider.httpPort` (default 7000): where `/metrics` is served.
+    pub metrics_addr: Option<SocketAddr>,
+    /// The configuration file's text as read (the AdminServer's
+    /// `initial_configuration`); empty without a file.
+    pub initial_text: String,
     /// Warnings found while reading (unknown keys, raised values); the binary
     /// logs them.
     pub warnings: Vec<String>,
@@ -266,6 +279,10 @@ impl Default for ServerConfig {
             log_format: crate::logging::LogFormat::Text,
             secure_client_addr: None,
             tls: TlsSettings::default(),
+            admin_addr: Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080)),
+            admin_command_url: "/commands".to_owned(),
+            metrics_addr: None,
+            initial_text: String::new(),
             warnings: Vec::new(),
         }
     }
@@ -320,24 +337,30 @@ impl ServerConfig {
     /// command line) on top, and validates the result.
     pub fn load(file: Option<&Path>, overrides: &[(String, String)]) -> Result<Self, ConfigError> {
         let mut settings = Vec::new();
+        let mut initial = String::new();
         if let Some(path) = file {
             let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
                 path: path.to_owned(),
                 source,
             })?;
             settings.extend(parse_properties(&text, &path.display().to_string())?);
+            initial = text;
         }
         settings.extend(overrides.iter().map(|(k, v)| Setting {
             key: k.clone(),
             value: v.clone(),
             origin: "command line".to_owned(),
         }));
-        Self::from_settings(file.is_some(), settings)
+        let mut cfg = Self::from_settings(file.is_some(), settings)?;
+        cfg.initial_text = initial;
+        Ok(cfg)
     }
 
     /// Parses the text of a `zoo.cfg` (for tests and embedding).
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        Self::from_settings(true, parse_properties(text, "config")?)
+        let mut cfg = Self::from_settings(true, parse_properties(text, "config")?)?;
+        cfg.initial_text = text.to_owned();
+        Ok(cfg)
     }
 
     fn from_settings(from_file: bool, settings: Vec<Setting>) -> Result<Self, ConfigError> {
@@ -351,12 +374,33 @@ impl ServerConfig {
         let mut data_log_dir = None;
         let mut secure_port = None;
         let mut secure_ip = None;
+        let mut http = HttpKeys::default();
         for s in &settings {
-            if cfg.apply_tls(s, &mut secure_port, &mut secure_ip)? {
+            if cfg.apply_tls(s, &mut secure_port, &mut secure_ip)? || http.apply(s)? {
                 continue;
             }
             cfg.apply(s, &mut min_timeout, &mut max_timeout, &mut data_log_dir)?;
         }
+        let any = if from_file {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        };
+        cfg.admin_addr = http.admin_enabled.unwrap_or(true).then(|| {
+            SocketAddr::new(
+                http.admin_ip.unwrap_or(any),
+                http.admin_port.unwrap_or(8080),
+            )
+        });
+        if let Some(url) = http.command_url {
+            cfg.admin_command_url = url;
+        }
+        cfg.metrics_addr = http.prometheus.then(|| {
+            SocketAddr::new(
+                http.metrics_ip.unwrap_or(any),
+                http.metrics_port.unwrap_or(7000),
+            )
+        });
         if let Some(port) = secure_port.filter(|p| *p != 0) {
             let ip = secure_ip.unwrap_or(cfg.client_addr.ip());
             cfg.secure_client_addr = Some(SocketAddr::new(ip, port));
@@ -440,12 +484,7 @@ impl ServerConfig {
                     .map_err(|_| invalid(s, "the server id after 'server.' must be a number"))?;
                 self.servers.insert(id, peer_spec(s)?);
             }
-            "standaloneEnabled"
-            | "reconfigEnabled"
-            | "admin.enableServer"
-            | "admin.serverPort"
-            | "metricsProvider.className"
-            | "quorumListenOnAllIPs" => {
+            "standaloneEnabled" | "reconfigEnabled" | "quorumListenOnAllIPs" => {
                 self.warnings.push(format!(
                     "{}: {} is not supported by rzk yet; ignored",
                     s.origin, s.key
@@ -545,6 +584,65 @@ impl ServerConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// The AdminServer and metrics keys, gathered before defaults are applied.
+#[derive(Default)]
+struct HttpKeys {
+    admin_enabled: Option<bool>,
+    admin_ip: Option<IpAddr>,
+    admin_port: Option<u16>,
+    command_url: Option<String>,
+    prometheus: bool,
+    metrics_ip: Option<IpAddr>,
+    metrics_port: Option<u16>,
+}
+
+/// ZooKeeper's Prometheus provider: the one `metricsProvider.className` rzk
+/// serves.
+const PROMETHEUS_PROVIDER: &str =
+    "org.apache.zookeeper.metrics.prometheus.PrometheusMetricsProvider";
+
+impl HttpKeys {
+    fn apply(&mut self, s: &Setting) -> Result<bool, ConfigError> {
+        let key = s.key.strip_prefix("zookeeper.").unwrap_or(&s.key);
+        match key {
+            "admin.enableServer" => self.admin_enabled = Some(boolean(s)?),
+            "admin.serverAddress" => self.admin_ip = Some(ip(s)?),
+            "admin.serverPort" => self.admin_port = Some(port(s)?),
+            "admin.commandURL" => {
+                if !s.value.starts_with('/') {
+                    return Err(invalid(s, "expected a path starting with /"));
+                }
+                self.command_url = Some(s.value.trim_end_matches('/').to_owned());
+            }
+            // Jetty's idle timeout; rzk's HTTP server closes idle connections itself.
+            "admin.idleTimeout" => {
+                let _: u64 = number(s)?;
+            }
+            "metricsProvider.className" => match s.value.as_str() {
+                PROMETHEUS_PROVIDER => self.prometheus = true,
+                // ZooKeeper's default: metrics only through mntr and the AdminServer.
+                "org.apache.zookeeper.metrics.impl.DefaultMetricsProvider" => {
+                    self.prometheus = false
+                }
+                _ => {
+                    return Err(invalid(
+                        s,
+                        &format!("rzk serves only {PROMETHEUS_PROVIDER} (or the default provider)"),
+                    ))
+                }
+            },
+            "metricsProvider.httpHost" => self.metrics_ip = Some(ip(s)?),
+            "metricsProvider.httpPort" => self.metrics_port = Some(port(s)?),
+            // The JVM's own metrics: rzk has no JVM.
+            "metricsProvider.exportJvmInfo" => {
+                let _ = boolean(s)?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
     }
 }
 
@@ -952,5 +1050,33 @@ mod tests {
             let key = bad.split('=').next().unwrap();
             assert!(err.contains(key), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn admin_and_metrics_keys() {
+        let cfg = ServerConfig::parse("").unwrap();
+        assert_eq!(cfg.admin_addr, Some("0.0.0.0:8080".parse().unwrap()));
+        assert_eq!(cfg.admin_command_url, "/commands");
+        assert_eq!(cfg.metrics_addr, None);
+        let cfg = ServerConfig::parse(
+            "admin.serverAddress=127.0.0.1\nadmin.serverPort=9090\nadmin.commandURL=/cmd/\n\
+             metricsProvider.className=org.apache.zookeeper.metrics.prometheus.PrometheusMetricsProvider\n\
+             metricsProvider.httpPort=7001\nmetricsProvider.exportJvmInfo=false\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.admin_addr, Some("127.0.0.1:9090".parse().unwrap()));
+        assert_eq!(cfg.admin_command_url, "/cmd");
+        assert_eq!(cfg.metrics_addr, Some("0.0.0.0:7001".parse().unwrap()));
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+        let cfg = ServerConfig::parse("admin.enableServer=false\n").unwrap();
+        assert_eq!(cfg.admin_addr, None);
+        let err =
+            ServerConfig::parse("metricsProvider.className=com.example.Statsd\n").unwrap_err();
+        assert!(
+            err.to_string().contains("metricsProvider.className"),
+            "{err}"
+        );
+        let no_file = ServerConfig::load(None, &[]).unwrap();
+        assert_eq!(no_file.admin_addr, Some("127.0.0.1:8080".parse().unwrap()));
     }
 }

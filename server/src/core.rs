@@ -99,6 +99,12 @@ pub(crate) enum CoreMsg {
         word: FourLetterWord,
         reply: oneshot::Sender<String>,
     },
+    /// An owned stats snapshot (AdminServer, metrics); `details` adds watch,
+    /// session and ephemeral lists and directory sizes.
+    Stats {
+        details: bool,
+        reply: oneshot::Sender<crate::stats::ServerStats>,
+    },
     /// Graceful shutdown: finish in-flight writes, then close everything.
     Shutdown,
 }
@@ -260,12 +266,15 @@ pub(crate) struct Stats {
     pub(crate) last_response_bytes: usize,
     pub(crate) min_response_bytes: usize,
     pub(crate) max_response_bytes: usize,
+    /// ZooKeeper's `readlatency` and `updatelatency` summaries.
+    pub(crate) read_latency: crate::stats::Latency,
+    pub(crate) update_latency: crate::stats::Latency,
 }
 
 /// The core task's state.
 pub(crate) struct Core {
     pub(crate) cfg: CoreConfig,
-    replicator: Arc<dyn Replicator>,
+    pub(crate) replicator: Arc<dyn Replicator>,
     commits: CommitStream,
     pub(crate) tree: DataTree,
     prep: Prep,
@@ -486,6 +495,9 @@ impl Core {
             CoreMsg::Closed { conn } => self.on_closed(conn),
             CoreMsg::FourLetter { word, reply } => {
                 let _ = reply.send(self.four_letter(word));
+            }
+            CoreMsg::Stats { details, reply } => {
+                let _ = reply.send(self.stats_snapshot(details));
             }
             CoreMsg::Shutdown => self.begin_shutdown(),
         }
@@ -972,6 +984,7 @@ impl Core {
                 Pending::Read { frame, started, .. } => {
                     let reply = self.serve_read(id, &frame);
                     self.send_reply(id, &reply, started);
+                    self.stats.read_latency.record_since(started);
                 }
                 Pending::Error {
                     xid, code, started, ..
@@ -1503,6 +1516,7 @@ impl Core {
         let result = write_result(&reply_as, applied);
         let reply = Reply { xid, zxid, result };
         self.send_reply(id, &reply, started);
+        self.stats.update_latency.record_since(started);
         if let ReplyAs::CloseSession = reply_as {
             if let Some(conn) = self.conns.get_mut(&id) {
                 conn.state = ConnState::Closing;

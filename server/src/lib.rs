@@ -31,16 +31,19 @@
 #![deny(missing_docs)]
 
 pub mod acl;
+mod admin;
 pub mod apply;
 pub mod config;
 mod conn;
 mod core;
 mod fourlw;
 pub mod logging;
+mod metrics;
 pub mod outbox;
 pub mod path;
 pub mod prep;
 mod server;
+mod stats;
 pub mod tls;
 pub mod tree;
 pub mod txn;

@@ -109,8 +109,24 @@ async fn run(config: ServerConfig) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.client_addr))?;
     let mut listeners = rzk_server::Listeners {
         plain: vec![listener],
-        secure: Vec::new(),
+        ..Default::default()
     };
+    if let Some(addr) = config.metrics_addr {
+        // As ZooKeeper: a metrics provider that cannot start stops the server.
+        let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            anyhow::anyhow!("cannot listen on {addr} (metricsProvider.httpPort): {e}")
+        })?;
+        listeners.metrics = Some(l);
+    }
+    if let Some(addr) = config.admin_addr {
+        // As ZooKeeper: an AdminServer that cannot start is a warning.
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => listeners.admin = Some(l),
+            Err(e) => {
+                tracing::warn!(%addr, error = %e, "cannot start the AdminServer (admin.serverPort); going on without it")
+            }
+        }
+    }
     if let Some(addr) = config.secure_client_addr {
         let secure = tokio::net::TcpListener::bind(addr)
             .await

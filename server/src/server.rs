@@ -113,6 +113,10 @@ pub struct Listeners {
     pub plain: Vec<TcpListener>,
     /// `secureClientPort`: TLS with the configuration's `ssl.*` settings.
     pub secure: Vec<TcpListener>,
+    /// The AdminServer's HTTP port (`admin.serverPort`), if enabled.
+    pub admin: Option<TcpListener>,
+    /// The Prometheus endpoint (`metricsProvider.httpPort`), if enabled.
+    pub metrics: Option<TcpListener>,
 }
 
 /// [`serve`] with plain and secure listeners. The TLS settings are checked
@@ -199,6 +203,15 @@ async fn run_inner(
     type Accepted = (TcpStream, SocketAddr, Option<Arc<TlsAcceptor>>);
     let (accepted_tx, mut accepted) = mpsc::channel::<Accepted>(64);
     let mut acceptors = JoinSet::new();
+    // The HTTP endpoints read snapshots from the core; they stop with the server.
+    let mut http = JoinSet::new();
+    if let Some(l) = listeners.admin {
+        let url = config.admin_command_url.clone();
+        http.spawn(crate::admin::serve(l, core_tx.clone(), url));
+    }
+    if let Some(l) = listeners.metrics {
+        http.spawn(crate::metrics::serve(l, core_tx.clone()));
+    }
     let plain = listeners.plain.into_iter().map(|l| (l, None));
     let secure = listeners.secure.into_iter().map(|l| (l, tls.clone()));
     for (listener, tls) in plain.chain(secure) {
@@ -270,6 +283,7 @@ async fn run_inner(
         }
     };
     acceptors.abort_all();
+    http.abort_all();
     let core_result = match core_result {
         Some(r) => r,
         None => {
