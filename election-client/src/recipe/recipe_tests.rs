@@ -598,7 +598,6 @@ async fn seeded_random_faults_never_share_an_epoch_and_always_end_with_one_leade
             observe(&mut latches, &mut timeline);
         }
         observe(&mut latches, &mut timeline);
-        drop(observe);
         let unique: std::collections::HashSet<u64> = epochs.iter().copied().collect();
         assert_eq!(
             unique.len(),
