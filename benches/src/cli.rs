@@ -43,6 +43,9 @@ pub enum Command {
     IdleSessions(IdleArgs),
     /// Wait until the server serves; print the elapsed milliseconds.
     WaitServing(WaitArgs),
+    /// Establish N sessions K at a time (new, or resumed from a file) and
+    /// report the rate and the connect latency.
+    ConnectStorm(ConnectStormArgs),
 }
 
 /// `rzk-bench run`.
@@ -141,6 +144,76 @@ pub struct IdleArgs {
     /// Connects in progress at once.
     #[arg(long, default_value_t = 64)]
     pub connect_parallelism: usize,
+}
+
+/// `rzk-bench connect-storm`.
+#[derive(Debug, Args)]
+pub struct ConnectStormArgs {
+    /// The server, host:port.
+    #[arg(long, default_value = "127.0.0.1:2181")]
+    pub server: String,
+    /// New sessions to establish (without --resume).
+    #[arg(long, default_value_t = 10_000)]
+    pub sessions: usize,
+    /// Connects in progress at once.
+    #[arg(long, default_value_t = 64)]
+    pub connect_parallelism: usize,
+    /// Session timeout asked for (new sessions).
+    #[arg(long, default_value_t = 30_000)]
+    pub session_timeout_ms: i32,
+    /// Leave the sessions open on the server and write them to this file
+    /// (one `0x<id> <password hex> <timeout ms>` line each) for --resume.
+    #[arg(long)]
+    pub save_sessions: Option<std::path::PathBuf>,
+    /// Resume the sessions of this file (written by --save-sessions) instead
+    /// of creating new ones.
+    #[arg(long)]
+    pub resume: Option<std::path::PathBuf>,
+    /// Print one JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl ConnectStormArgs {
+    /// The checked options (reads the --resume file).
+    pub fn into_options(self) -> Result<crate::connect_storm::StormOptions, BenchError> {
+        if self.session_timeout_ms <= 0 {
+            return Err(BenchError::Options(
+                "--session-timeout-ms must be positive".into(),
+            ));
+        }
+        if self.resume.is_none() && self.sessions == 0 {
+            return Err(BenchError::Options("--sessions must be at least 1".into()));
+        }
+        let resume = match &self.resume {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    BenchError::Options(format!("--resume {}: {e}", path.display()))
+                })?;
+                let saved = text
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(crate::connect_storm::SavedSession::parse_line)
+                    .collect::<Result<Vec<_>, _>>()?;
+                if saved.is_empty() {
+                    return Err(BenchError::Options(format!(
+                        "--resume {}: no sessions in the file",
+                        path.display()
+                    )));
+                }
+                Some(saved)
+            }
+        };
+        Ok(crate::connect_storm::StormOptions {
+            server: self.server,
+            sessions: self.sessions,
+            connect_parallelism: self.connect_parallelism.max(1),
+            session_timeout_ms: self.session_timeout_ms,
+            resume,
+            keep_open: self.save_sessions.is_some(),
+        })
+    }
 }
 
 /// `rzk-bench wait-serving`.

@@ -50,6 +50,8 @@ pub struct Conn {
     next_xid: i32,
     /// The session the server gave us.
     session_id: SessionId,
+    /// The session's password, as the ConnectResponse gave it (to resume it).
+    passwd: Bytes,
     /// The negotiated session timeout.
     timeout_ms: i32,
     /// The server's address as given, for messages.
@@ -84,7 +86,39 @@ impl Conn {
         timeout_ms: i32,
         limit: Duration,
     ) -> Result<Conn, BenchError> {
-        match tokio::time::timeout(limit, Conn::connect_inner(server, timeout_ms)).await {
+        Conn::handshake(server, timeout_ms, SessionId::NONE, None, limit).await
+    }
+
+    /// Opens a TCP connection to `server` and resumes `session` (a session
+    /// another connection created) with its password; fails after `limit` in
+    /// total, and if the server answers with another session or refuses it
+    /// (expired: timeout 0).
+    pub async fn resume(
+        server: &str,
+        session: SessionId,
+        passwd: Bytes,
+        timeout_ms: i32,
+        limit: Duration,
+    ) -> Result<Conn, BenchError> {
+        let conn = Conn::handshake(server, timeout_ms, session, Some(passwd), limit).await?;
+        if conn.session_id != session {
+            return Err(BenchError::WrongAnswer(format!(
+                "{server}: resuming session {session} answered session {}",
+                conn.session_id
+            )));
+        }
+        Ok(conn)
+    }
+
+    async fn handshake(
+        server: &str,
+        timeout_ms: i32,
+        session: SessionId,
+        passwd: Option<Bytes>,
+        limit: Duration,
+    ) -> Result<Conn, BenchError> {
+        let inner = Conn::connect_inner(server, timeout_ms, session, passwd);
+        match tokio::time::timeout(limit, inner).await {
             Ok(result) => result,
             Err(_) => Err(BenchError::Timeout {
                 what: "connect handshake".into(),
@@ -94,7 +128,12 @@ impl Conn {
         }
     }
 
-    async fn connect_inner(server: &str, timeout_ms: i32) -> Result<Conn, BenchError> {
+    async fn connect_inner(
+        server: &str,
+        timeout_ms: i32,
+        session: SessionId,
+        passwd: Option<Bytes>,
+    ) -> Result<Conn, BenchError> {
         let stream = TcpStream::connect(server)
             .await
             .map_err(|source| BenchError::Io {
@@ -114,6 +153,7 @@ impl Conn {
             wbuf: BytesMut::with_capacity(256),
             next_xid: 1,
             session_id: SessionId::NONE,
+            passwd: Bytes::new(),
             timeout_ms,
             server: server.into(),
             notifications: VecDeque::new(),
@@ -122,8 +162,8 @@ impl Conn {
             protocol_version: 0,
             last_zxid_seen: Zxid::ZERO,
             timeout_ms,
-            session_id: SessionId::NONE,
-            passwd: Bytes::from_static(&[0; 16]),
+            session_id: session,
+            passwd: passwd.unwrap_or_else(|| Bytes::from_static(&[0; 16])),
             read_only: Some(false),
         };
         conn.codec
@@ -142,6 +182,7 @@ impl Conn {
             });
         }
         conn.session_id = response.session_id;
+        conn.passwd = response.passwd;
         conn.timeout_ms = response.timeout_ms;
         Ok(conn)
     }
@@ -149,6 +190,11 @@ impl Conn {
     /// The session id the server assigned.
     pub fn session_id(&self) -> SessionId {
         self.session_id
+    }
+
+    /// The session's password (what resuming it needs).
+    pub fn passwd(&self) -> &Bytes {
+        &self.passwd
     }
 
     /// The negotiated session timeout.
@@ -393,6 +439,42 @@ impl Conn {
         }
     }
 
+    /// Sends a ping and waits for its reply (notifications that arrive first
+    /// are kept): what the `zookeeper-client` crate does before it counts a
+    /// new connection as established.
+    pub async fn ping(&mut self) -> Result<(), BenchError> {
+        self.queue_ping()?;
+        self.flush().await?;
+        let limit = self.reply_timeout();
+        let wait = async {
+            loop {
+                match self.next_incoming().await? {
+                    Incoming::Reply(raw) if raw.header.xid == Xid::PING => return Ok(()),
+                    Incoming::Notification(n) => self.notifications.push_back(n),
+                    Incoming::Reply(raw) => {
+                        return Err(BenchError::WrongAnswer(format!(
+                            "a ping got a reply with xid {}",
+                            raw.header.xid
+                        )))
+                    }
+                    Incoming::Connect(_) => {
+                        return Err(BenchError::WrongAnswer(
+                            "a second ConnectResponse arrived".into(),
+                        ))
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(limit, wait).await {
+            Ok(result) => result,
+            Err(_) => Err(BenchError::Timeout {
+                what: "ping reply".into(),
+                server: self.server.clone(),
+                after: limit,
+            }),
+        }
+    }
+
     /// Keeps the session alive until `until` completes: pings every third of
     /// the timeout and checks that each ping is answered.
     pub async fn keep_alive(
@@ -472,6 +554,7 @@ impl Conn {
             wbuf: BytesMut::with_capacity(4096),
             next_xid: parts.next_xid,
             session_id,
+            passwd: Bytes::new(),
             timeout_ms: parts.timeout_ms,
             server: server.into(),
             notifications: VecDeque::new(),

@@ -4,7 +4,8 @@
 //! Binaries:
 //! - `rzk-bench` (this library's front end; command line in [`cli`]): `run`
 //!   one of eleven workloads with pipelined sessions and checked answers,
-//!   `populate` a tree, hold `idle-sessions`, `wait-serving`.
+//!   `populate` a tree, hold `idle-sessions`, `wait-serving`, and
+//!   `connect-storm` (N sessions established K at a time, new or resumed).
 //! - `wal-bench`: benchmarks of `rzk-wal` against the disk's raw fsync rate.
 //!
 //! `rzk-bench` speaks the client protocol through `rzk-wire`'s `ClientCodec`.
@@ -41,6 +42,7 @@
 
 pub mod cli;
 pub mod conn;
+pub mod connect_storm;
 mod error;
 pub mod idle;
 pub mod pipeline;

@@ -366,3 +366,42 @@ async fn idle_sessions_report_ready_and_close_when_stdin_closes() {
     assert!(status.success());
     server.stop().await;
 }
+
+#[tokio::test]
+async fn connect_storm_opens_keeps_resumes_and_closes_sessions() {
+    use rzk_benches::connect_storm::{connect_storm, StormOptions};
+    let server = Server::start().await;
+    let mut opts = StormOptions {
+        server: server.addr.clone(),
+        sessions: 40,
+        connect_parallelism: 8,
+        session_timeout_ms: 30_000,
+        resume: None,
+        keep_open: true,
+    };
+    let opened = connect_storm(&opts).await;
+    assert_eq!(
+        (opened.established, opened.errors),
+        (40, 0),
+        "{:?}",
+        opened.messages
+    );
+    assert_eq!((opened.mode, opened.saved.len()), ("new", 40));
+    assert!(opened.latency.p50_us > 0 && opened.seconds > 0.0);
+    // Left open: every one can be resumed, under its own id, and is then closed.
+    opts.resume = Some(opened.saved.clone());
+    opts.keep_open = false;
+    let resumed = connect_storm(&opts).await;
+    assert_eq!(
+        (resumed.established, resumed.errors),
+        (40, 0),
+        "{:?}",
+        resumed.messages
+    );
+    assert_eq!(resumed.mode, "resume");
+    assert!(resumed.saved.is_empty());
+    // Closed: resuming them again is refused, one error each.
+    let again = connect_storm(&opts).await;
+    assert_eq!((again.established, again.errors), (0, 40));
+    server.stop().await;
+}

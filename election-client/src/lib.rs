@@ -1,5 +1,6 @@
-//! `rzk-election-client`: an async ZooKeeper client with Curator-style recipes (leader
-//! latch, leader selector, mutex) that survive session loss.
+//! `rzk-election-client`: an async ZooKeeper client with Curator-style recipes that
+//! survive session loss: leader latch and selector, mutex, read-write lock, semaphore,
+//! tree cache (node and children views), persistent node, shared counter, barriers.
 //!
 //! - [`Client`]: sessions across several hosts (shuffled, moving on after a failure)
 //!   with an optional chroot; session re-establishment with id and password; pings at a
@@ -10,9 +11,15 @@
 //!   semantics (`CONNECTED`, `SUSPENDED`, `RECONNECTED`, `LOST`, `READ_ONLY`) and never
 //!   drops or reorders an event.
 //! - The [`recipe`] module: [`LeaderLatch`](recipe::LeaderLatch),
-//!   [`LeaderSelector`](recipe::LeaderSelector) and [`Mutex`](recipe::Mutex), each an
-//!   explicit sans-IO state machine ([`recipe::candidacy`]) run on one task over the
-//!   small [`RecipeOps`](recipe::RecipeOps) trait.
+//!   [`LeaderSelector`](recipe::LeaderSelector) and [`Mutex`](recipe::Mutex) on the
+//!   [`recipe::candidacy`] machine; [`ReadWriteLock`](recipe::ReadWriteLock) and
+//!   [`Semaphore`](recipe::Semaphore) on [`recipe::queue`];
+//!   [`TreeCache`](recipe::TreeCache) (with [`NodeCache`](recipe::NodeCache) and
+//!   [`ChildrenCache`](recipe::ChildrenCache) views), [`PersistentNode`](recipe::PersistentNode),
+//!   [`SharedCounter`](recipe::SharedCounter), [`Barrier`](recipe::Barrier) and
+//!   [`DoubleBarrier`](recipe::DoubleBarrier) on the generic [`recipe::engine`]. Each is
+//!   an explicit sans-IO state machine run on one task over the small
+//!   [`RecipeOps`](recipe::RecipeOps) trait.
 //!
 //! ```no_run
 //! use std::{sync::Arc, time::Duration};
@@ -42,6 +49,10 @@
 //!   CURATOR-724, cannot happen).
 //! - While started and connected, a recipe always has something pending (an operation,
 //!   a watch or a backoff timer): it never idles.
+//! - Every other recipe follows the same rules: what it vouches for (a lock, a node, a
+//!   cache, a counter value) is withdrawn at `SUSPENDED`, re-proven on the same session,
+//!   rebuilt on a new one after `LOST`, never carried over from a dead session; each
+//!   recipe's docs say what that means for it.
 
 #![deny(missing_docs)]
 

@@ -151,7 +151,7 @@ pub async fn run_node(o: NodeOptions) -> anyhow::Result<()> {
                     }
                 },
                 Committed::Txn { zxid, payload } => s.push((zxid, payload)),
-                Committed::UpToDate { .. } => {}
+                Committed::Role { .. } | Committed::Forwarded { .. } => {}
             }
         }
     });

@@ -8,7 +8,9 @@
 //! millisecond since start.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::time::Duration;
 
@@ -22,7 +24,8 @@ use crate::core::{Config, Input, OpId, Output, Peer, StorageCmd, Tick};
 use crate::storage::{Storage, StorageError};
 use crate::transport::{Inbox, Transport};
 use crate::{
-    CommitStream, Committed, PeerId, Proposal, ReplicateError, Replicator, Role, SyncBarrier,
+    CommitStream, Committed, PeerId, Proposal, QuorumStats, ReplicateError, Replicator, Role,
+    SyncBarrier,
 };
 
 /// Driver settings.
@@ -37,6 +40,9 @@ pub struct DriverConfig {
     /// Proposals accepted but not yet resolved; beyond it `propose` fails at
     /// once with [`ReplicateError::Overloaded`].
     pub proposals_in_flight_max: usize,
+    /// How long a graceful [`Replicator::shutdown`] waits for proposals in
+    /// flight to commit or fail before it stops the peer anyway.
+    pub shutdown_wait_max: Duration,
 }
 
 impl DriverConfig {
@@ -47,6 +53,7 @@ impl DriverConfig {
             tick_interval: Duration::from_millis(5),
             propose_batch_max: 1024,
             proposals_in_flight_max: 100_000,
+            shutdown_wait_max: Duration::from_secs(5),
         }
     }
 }
@@ -57,6 +64,8 @@ enum Cmd {
     Propose(Bytes, Reply),
     Sync(Reply),
     Snapshot(Zxid, Bytes, Reply),
+    Forward(Bytes),
+    Shutdown(oneshot::Sender<()>),
 }
 
 enum StoreReq {
@@ -70,20 +79,11 @@ enum Done {
     Failed(StorageError),
 }
 
-/// What a running peer reports about itself (for operators and tests).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PeerStats {
-    /// The last durable zxid.
-    pub last_durable: Zxid,
-    /// The last zxid handed to the commit stream.
-    pub applied: Zxid,
-    /// Learner synchronisations started: DIFF, TRUNC, SNAP.
-    pub syncs: [u64; 3],
-}
-
 struct Shared {
-    stats: Mutex<PeerStats>,
+    stats: Mutex<QuorumStats>,
     role: Mutex<(Role, Option<PeerId>)>,
+    /// Set by a graceful shutdown: new proposals fail at once.
+    closing: AtomicBool,
     commits: Mutex<Option<CommitStream>>,
     /// Proposals accepted by `propose` and not yet resolved.
     in_flight: AtomicUsize,
@@ -96,6 +96,9 @@ pub struct ZabReplicator {
     cmds: mpsc::UnboundedSender<Cmd>,
     shared: Arc<Shared>,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// The storage thread, joined by a graceful shutdown so that the log is
+    /// released when it returns.
+    storage_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl ZabReplicator {
@@ -119,11 +122,13 @@ impl ZabReplicator {
         let clock = Instant::now();
         let (peer, first) = Peer::new(cfg.core.clone(), recovered, Tick(0))
             .map_err(|e| ReplicateError::Storage(e.to_string()))?;
-        let (store_tx, done_rx) = spawn_storage(storage);
+        let voters = cfg.core.voters.len();
+        let (store_tx, done_rx, storage_thread) = spawn_storage(storage);
         let (commit_tx, commit_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
-            stats: Mutex::new(PeerStats::default()),
+            stats: Mutex::new(QuorumStats::looking(voters)),
             role: Mutex::new((Role::Looking, None)),
+            closing: AtomicBool::new(false),
             commits: Mutex::new(Some(CommitStream::unbounded(commit_rx))),
             in_flight: AtomicUsize::new(0),
             in_flight_max: cfg.propose_batch_max.max(cfg.proposals_in_flight_max),
@@ -141,27 +146,26 @@ impl ZabReplicator {
             syncs: BTreeMap::new(),
             next_id: 1,
             batch_max: cfg.propose_batch_max.max(1),
-            serving: false,
             last_delivered: Zxid::ZERO,
+            shutdown: None,
+            shutdown_wait_max: cfg.shutdown_wait_max,
         };
         d.carry_out(first);
+        d.publish_stats();
         let task = tokio::spawn(d.run(cmd_rx, inbox, done_rx, cfg.tick_interval));
         Ok(ZabReplicator {
             id,
             cmds,
             shared,
             task: Mutex::new(Some(task)),
+            storage_thread: Mutex::new(Some(storage_thread)),
         })
     }
 
-    /// The peer's current statistics.
-    pub fn stats(&self) -> PeerStats {
-        *self.shared.stats.lock().expect("not poisoned")
-    }
-
-    /// Stops the peer (as a crash would: nothing is flushed specially). Pending
-    /// proposals fail with [`ReplicateError::Shutdown`].
-    pub fn shutdown(&self) {
+    /// Stops the peer at once, as a crash would: nothing is flushed specially,
+    /// pending proposals fail with [`ReplicateError::Shutdown`]. Tests use it to
+    /// simulate a crash; a server stops with [`Replicator::shutdown`].
+    pub fn abort(&self) {
         if let Some(t) = self.task.lock().expect("not poisoned").take() {
             t.abort();
         }
@@ -178,12 +182,15 @@ impl ZabReplicator {
 
 impl Drop for ZabReplicator {
     fn drop(&mut self) {
-        self.shutdown();
+        self.abort();
     }
 }
 
 impl Replicator for ZabReplicator {
     fn propose(&self, txn: Bytes) -> Proposal {
+        if self.shared.closing.load(Ordering::Acquire) {
+            return Proposal::failed(ReplicateError::Shutdown);
+        }
         let max = self.shared.in_flight_max;
         if self.shared.in_flight.fetch_add(1, Ordering::AcqRel) >= max {
             self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -215,16 +222,55 @@ impl Replicator for ZabReplicator {
     fn id(&self) -> PeerId {
         self.id
     }
+
+    fn forward(&self, msg: Bytes) -> Result<(), ReplicateError> {
+        let (role, leader) = *self.shared.role.lock().expect("not poisoned");
+        match role {
+            Role::Leader | Role::Follower | Role::Observer => {}
+            Role::Looking => return Err(ReplicateError::NotLeader { leader }),
+        }
+        self.cmds
+            .send(Cmd::Forward(msg))
+            .map_err(|_| ReplicateError::Shutdown)
+    }
+
+    fn stats(&self) -> QuorumStats {
+        self.shared.stats.lock().expect("not poisoned").clone()
+    }
+
+    fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            self.shared.closing.store(true, Ordering::Release);
+            let (tx, rx) = oneshot::channel();
+            if self.cmds.send(Cmd::Shutdown(tx)).is_ok() {
+                let _ = rx.await;
+            }
+            let task = self.task.lock().expect("not poisoned").take();
+            if let Some(t) = task {
+                let _ = t.await;
+            }
+            // The driver dropped its end of the storage queue: the thread ends
+            // once it has finished what was queued, and with it the log.
+            let thread = self.storage_thread.lock().expect("not poisoned").take();
+            if let Some(t) = thread {
+                let _ = tokio::task::spawn_blocking(move || t.join()).await;
+            }
+        })
+    }
 }
 
 /// Runs storage commands on their own thread: everything waiting is executed,
 /// then one sync (group commit), then one completion for the batch.
-fn spawn_storage<S: Storage>(
-    mut storage: S,
-) -> (std_mpsc::Sender<StoreReq>, mpsc::UnboundedReceiver<Done>) {
+type StorageThread = (
+    std_mpsc::Sender<StoreReq>,
+    mpsc::UnboundedReceiver<Done>,
+    std::thread::JoinHandle<()>,
+);
+
+fn spawn_storage<S: Storage>(mut storage: S) -> StorageThread {
     let (tx, rx) = std_mpsc::channel::<StoreReq>();
     let (done_tx, done_rx) = mpsc::unbounded_channel();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("rzk-quorum-storage".into())
         .spawn(move || {
             let flush = |storage: &mut S, last: &mut Option<OpId>| -> Result<(), StorageError> {
@@ -261,7 +307,7 @@ fn spawn_storage<S: Storage>(
             }
         })
         .expect("spawn the storage thread");
-    (tx, done_rx)
+    (tx, done_rx, thread)
 }
 
 struct Driver<T: Transport> {
@@ -278,10 +324,10 @@ struct Driver<T: Transport> {
     syncs: BTreeMap<u64, Reply>,
     next_id: u64,
     batch_max: usize,
-    /// Whether the state machine has been told it is current (UpToDate) since
-    /// this peer last became a serving leader or follower.
-    serving: bool,
     last_delivered: Zxid,
+    /// A graceful shutdown in progress: when it must end, and who waits for it.
+    shutdown: Option<(Instant, oneshot::Sender<()>)>,
+    shutdown_wait_max: Duration,
 }
 
 impl<T: Transport> Driver<T> {
@@ -299,6 +345,9 @@ impl<T: Transport> Driver<T> {
         let mut ticker = tokio::time::interval(tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            if self.shutdown_complete() {
+                return;
+            }
             tokio::select! {
                 biased;
                 d = done.recv() => match d {
@@ -355,6 +404,16 @@ impl<T: Transport> Driver<T> {
                     self.flush_proposals(&mut batch);
                     let _ = self.store_tx.send(StoreReq::Snapshot(zxid, data, reply));
                 }
+                Cmd::Forward(payload) => {
+                    // In order with the proposals before it.
+                    self.flush_proposals(&mut batch);
+                    self.step(Input::Forward(payload));
+                }
+                Cmd::Shutdown(done) => {
+                    self.flush_proposals(&mut batch);
+                    let until = Instant::now() + self.shutdown_wait_max;
+                    self.shutdown = Some((until, done));
+                }
             }
             if batch.len() < self.batch_max {
                 next = cmds.try_recv().ok();
@@ -373,11 +432,41 @@ impl<T: Transport> Driver<T> {
         let now = self.now();
         let out = self.peer.step(now, input);
         self.carry_out(out);
-        *self.shared.stats.lock().expect("not poisoned") = PeerStats {
-            last_durable: self.peer.last_durable_zxid(),
-            applied: self.peer.applied(),
-            syncs: self.peer.sync_counts(),
+        self.publish_stats();
+    }
+
+    fn publish_stats(&self) {
+        let p = &self.peer;
+        let stats = QuorumStats {
+            role: p.role(),
+            leader: p.leader(),
+            epoch: p.durable_epochs().current,
+            last_durable: p.last_durable_zxid(),
+            committed: p.commit_known(),
+            applied: p.applied(),
+            learners: p.learner_stats(),
+            pending_syncs: p.pending_syncs(),
+            syncs: p.sync_counts(),
+            elections: p.elections(),
+            voters: p.voter_count(),
         };
+        *self.shared.stats.lock().expect("not poisoned") = stats;
+    }
+
+    /// A graceful shutdown ends when every proposal taken has committed or
+    /// failed, or when its wait is over (the rest fail with `Shutdown`).
+    fn shutdown_complete(&mut self) -> bool {
+        let Some((until, _)) = &self.shutdown else {
+            return false;
+        };
+        let drained = self.waiting.is_empty() && self.by_zxid.is_empty();
+        if !drained && Instant::now() < *until {
+            return false;
+        }
+        let (_, done) = self.shutdown.take().expect("checked above");
+        self.fail_all(ReplicateError::Shutdown);
+        let _ = done.send(());
+        true
     }
 
     fn resolve(&self, reply: Reply, result: Result<Zxid, ReplicateError>) {
@@ -386,7 +475,6 @@ impl<T: Transport> Driver<T> {
     }
 
     fn carry_out(&mut self, out: Vec<Output>) {
-        let mut became_serving = false;
         for o in out {
             match o {
                 Output::Send { to, msg } => self.transport.send(to, msg),
@@ -429,32 +517,33 @@ impl<T: Transport> Driver<T> {
                         let _ = reply.send(Err(error));
                     }
                 }
-                Output::RoleChanged { role, leader, .. } => {
+                Output::Forwarded { from, payload } => {
+                    let _ = self.commit_tx.send(Committed::Forwarded { from, payload });
+                }
+                Output::RoleChanged {
+                    role,
+                    leader,
+                    epoch,
+                } => {
                     *self.shared.role.lock().expect("not poisoned") = (role, leader);
-                    match role {
-                        Role::Looking => {
-                            self.serving = false;
-                            // The proposals may still commit under the next leader;
-                            // the caller cannot tell (LostQuorum says so).
-                            for (_, reply) in std::mem::take(&mut self.by_zxid) {
-                                self.resolve(reply, Err(ReplicateError::LostQuorum));
-                            }
-                        }
-                        Role::Leader | Role::Follower | Role::Observer => {
-                            became_serving |= !self.serving;
+                    if role == Role::Looking {
+                        // The proposals may still commit under the next leader;
+                        // the caller cannot tell (LostQuorum says so).
+                        for (_, reply) in std::mem::take(&mut self.by_zxid) {
+                            self.resolve(reply, Err(ReplicateError::LostQuorum));
                         }
                     }
+                    // The core applies the initial history, or the learner's
+                    // synced history, before it reports the role: everything
+                    // known committed is in the stream before this item.
+                    let _ = self.commit_tx.send(Committed::Role {
+                        role,
+                        leader,
+                        epoch,
+                        zxid: self.last_delivered,
+                    });
                 }
             }
-        }
-        if became_serving {
-            // Everything known committed is in the stream (the core applies the
-            // initial history, or the learner's synced history, in the same step):
-            // the state machine is current and may serve.
-            self.serving = true;
-            let _ = self.commit_tx.send(Committed::UpToDate {
-                zxid: self.last_delivered,
-            });
         }
     }
 

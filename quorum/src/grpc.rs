@@ -478,6 +478,9 @@ pub fn to_proto(m: &Message) -> pb::Msg {
                 SessionMsg::Reject { reason } => S::Reject(pb::Reject {
                     reason: reason_to(*reason) as i32,
                 }),
+                SessionMsg::Forward { payload } => S::Forward(pb::Forward {
+                    payload: payload.clone(),
+                }),
             };
             pb::msg::Kind::Session(pb::Session {
                 session: session.0,
@@ -575,6 +578,7 @@ pub fn from_proto(m: pb::Msg) -> Result<Message, DecodeError> {
                             .map_err(|_| DecodeError::Invalid("Reject.reason"))?,
                     ),
                 },
+                S::Forward(f) => SessionMsg::Forward { payload: f.payload },
             };
             Ok(Message::Session {
                 session: SessionId(s.session),

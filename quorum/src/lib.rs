@@ -51,9 +51,10 @@ pub mod storage;
 pub mod transport;
 pub mod wal_storage;
 
-pub use driver::{DriverConfig, PeerStats, ZabReplicator};
+pub use driver::{DriverConfig, ZabReplicator};
 pub use replicator::{
-    CommitStream, Committed, PeerId, Proposal, ReplicateError, Replicator, Role, SyncBarrier,
+    CommitStream, Committed, LearnerStats, PeerId, Proposal, QuorumStats, ReplicateError,
+    Replicator, Role, SyncBarrier,
 };
 pub use standalone::{QuorumOfOne, StandaloneError, StandaloneOptions};
 

@@ -205,6 +205,12 @@ pub enum SessionMsg {
         /// Everything committed before the sync reached the leader is ≤ this.
         zxid: Zxid,
     },
+    /// Learner → leader: a message of the learner's state machine for the
+    /// leader's (a client write, a session's activity), opaque to replication.
+    Forward {
+        /// The message.
+        payload: Bytes,
+    },
     /// Leader → learner: the session is refused or ended.
     Reject {
         /// Why.
@@ -233,6 +239,7 @@ impl SessionMsg {
             SessionMsg::Pong { .. } => "PONG",
             SessionMsg::SyncRequest { .. } => "SYNCREQ",
             SessionMsg::SyncReply { .. } => "SYNCREPLY",
+            SessionMsg::Forward { .. } => "FORWARD",
             SessionMsg::Reject { .. } => "REJECT",
         }
     }
@@ -268,6 +275,7 @@ impl Message {
                         entries.iter().map(|e| e.payload.len() + 16).sum()
                     }
                     SessionMsg::Snap { data, .. } => data.len(),
+                    SessionMsg::Forward { payload } => payload.len(),
                     _ => 16,
                 }
             }

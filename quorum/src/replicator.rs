@@ -1,11 +1,12 @@
 //! The seam between the server and replication.
 
 use std::future::Future;
+
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use rzk_zxid::Zxid;
+use rzk_zxid::{Epoch, Zxid};
 use tokio::sync::{mpsc, oneshot};
 
 /// A server's id in an ensemble (`server.N` / `myid`). A standalone server is 1.
@@ -62,6 +63,12 @@ pub enum ReplicateError {
 }
 
 /// One item of the committed stream, in zxid order.
+///
+/// Everything a state machine must react to arrives here, in one total order per
+/// peer: snapshots to load, committed transactions, role changes and (on the
+/// leader) messages other members forwarded. A server never polls
+/// [`Replicator::role`] to decide what to do with a request; it acts on
+/// [`Committed::Role`] items.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Committed {
     /// Discard all in-memory state and load this snapshot, taken at `zxid`. Sent at
@@ -73,13 +80,6 @@ pub enum Committed {
         /// The state machine's bytes, as it handed them to [`Replicator::save_snapshot`].
         data: Bytes,
     },
-    /// Everything committed up to `zxid` has been delivered: the state machine is
-    /// current and may serve clients. Sent once the start-up replay is complete,
-    /// and on a learner after each sync with its leader (ZAB's UPTODATE).
-    UpToDate {
-        /// The last zxid delivered before this item.
-        zxid: Zxid,
-    },
     /// A committed transaction: apply it.
     Txn {
         /// Its zxid; strictly greater than everything before it in the stream.
@@ -87,6 +87,94 @@ pub enum Committed {
         /// The transaction, as the leader's state machine proposed it.
         payload: Bytes,
     },
+    /// This peer's role changed (or, for a leader, its epoch after a rollover).
+    ///
+    /// - `Leader`, `Follower`, `Observer`: every transaction committed up to `zxid`
+    ///   is in the stream before this item; the state machine is current and may
+    ///   serve clients (ZAB's UPTODATE). Sent once the start-up replay is complete,
+    ///   after each learner sync, and when an established leader rolls its epoch
+    ///   over (same role and leader, a larger `epoch`).
+    /// - `Looking`: stop serving. Proposals, syncs and forwards in flight fail or
+    ///   are lost; the server closes its clients' connections (they reconnect).
+    Role {
+        /// The new role.
+        role: Role,
+        /// The leader this peer follows or is, when one is established.
+        leader: Option<PeerId>,
+        /// The established epoch (for `Looking`, the last current epoch).
+        epoch: Epoch,
+        /// The last zxid delivered on this stream before this item.
+        zxid: Zxid,
+    },
+    /// Leader only: a message a member sent with [`Replicator::forward`] (the
+    /// leader's own forwards loop back too). In each member's send order, after
+    /// the `Role { Leader }` of this leadership; messages of a learner session
+    /// that ended are not delivered.
+    Forwarded {
+        /// The member that sent it.
+        from: PeerId,
+        /// The message, opaque to replication.
+        payload: Bytes,
+    },
+}
+
+/// What one learner session looks like from its leader (for `mntr` and metrics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LearnerStats {
+    /// The learner.
+    pub id: PeerId,
+    /// Whether it votes (a follower) or not (an observer).
+    pub voting: bool,
+    /// Whether it finished synchronising (NEWLEADER acknowledged).
+    pub synced: bool,
+    /// The highest zxid it acknowledged as durable.
+    pub acked: Zxid,
+}
+
+/// Figures of a replicator, for `srvr`, `mntr` and metrics. A snapshot in time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuorumStats {
+    /// This peer's role.
+    pub role: Role,
+    /// The established leader, if any.
+    pub leader: Option<PeerId>,
+    /// The durable currentEpoch.
+    pub epoch: Epoch,
+    /// The last durable zxid.
+    pub last_durable: Zxid,
+    /// The highest zxid known committed.
+    pub committed: Zxid,
+    /// The last zxid handed to the commit stream.
+    pub applied: Zxid,
+    /// On the leader: every learner session, voting or not.
+    pub learners: Vec<LearnerStats>,
+    /// Sync barriers waiting on this peer.
+    pub pending_syncs: usize,
+    /// Learner synchronisations started as a learner: DIFF, TRUNC, SNAP.
+    pub syncs: [u64; 3],
+    /// Elections this peer has started since it began.
+    pub elections: u64,
+    /// Voting members of the ensemble (this peer included).
+    pub voters: usize,
+}
+
+impl QuorumStats {
+    /// Stats of a peer that knows nothing yet.
+    pub fn looking(voters: usize) -> QuorumStats {
+        QuorumStats {
+            role: Role::Looking,
+            leader: None,
+            epoch: Epoch(0),
+            last_durable: Zxid::ZERO,
+            committed: Zxid::ZERO,
+            applied: Zxid::ZERO,
+            learners: Vec::new(),
+            pending_syncs: 0,
+            syncs: [0; 3],
+            elections: 0,
+            voters,
+        }
+    }
 }
 
 /// The receiving end of the committed stream. There is exactly one per replicator.
@@ -180,7 +268,11 @@ pub type SyncBarrier = Proposal;
 ///   after it, so in-memory state is always rebuilt from disk (I2). The log
 ///   after the snapshot is delivered once it is known committed (for a ZAB peer:
 ///   when it rejoins a leader or its own leadership is established), because an
-///   uncommitted tail may still be truncated by the next leader.
+///   uncommitted tail may still be truncated by the next leader; then a
+///   [`Committed::Role`] says the state machine is current.
+/// - A failed proposal or sync is routine (`NotLeader`, `LostQuorum`,
+///   `Overloaded`, `Shutdown`); only [`ReplicateError::Storage`] means the peer
+///   has stopped.
 pub trait Replicator: Send + Sync + 'static {
     /// Proposes a transaction. Fails at once with [`ReplicateError::NotLeader`] on a
     /// peer that is not the leader.
@@ -206,4 +298,21 @@ pub trait Replicator: Send + Sync + 'static {
 
     /// This peer's id.
     fn id(&self) -> PeerId;
+
+    /// Sends an opaque message to the leader this peer currently follows, over
+    /// the leader–learner session, FIFO per sender within one session. On the
+    /// leader it loops back into its own stream as [`Committed::Forwarded`].
+    ///
+    /// Fails with [`ReplicateError::NotLeader`] (`leader: None`) when no leader is
+    /// established. A message in flight when the session ends is lost: the server
+    /// closes its clients on every change of leader, so nothing waits for it.
+    fn forward(&self, msg: Bytes) -> Result<(), ReplicateError>;
+
+    /// Figures for operators (`srvr`, `mntr`, metrics).
+    fn stats(&self) -> QuorumStats;
+
+    /// Stops gracefully: new proposals fail with [`ReplicateError::Shutdown`],
+    /// those already taken commit or fail, the tasks stop and the durable log is
+    /// released (the directory can be opened again once this resolves).
+    fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
 }

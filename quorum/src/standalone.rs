@@ -86,6 +86,9 @@ pub struct QuorumOfOne {
     record_bytes_max: usize,
     /// The commit stream, until the state machine takes it.
     commits: Mutex<Option<CommitStream>>,
+    /// The commit stream's sender, for forwarded messages that loop back.
+    forwards: mpsc::Sender<Committed>,
+    epoch: Epoch,
     wal: Arc<Wal>,
 }
 
@@ -184,7 +187,9 @@ impl QuorumOfOne {
         tokio::spawn(sequencer.run(command_rx, entry_tx));
         let committer = Committer {
             wal: wal.clone(),
-            commits: commit_tx,
+            id: options.id,
+            epoch,
+            commits: commit_tx.clone(),
             in_flight: in_flight.clone(),
             progress,
             failed: None,
@@ -198,14 +203,13 @@ impl QuorumOfOne {
             proposals_in_flight_max: options.proposals_in_flight_max,
             record_bytes_max: options.wal.log.record_bytes_max,
             commits: Mutex::new(Some(CommitStream::new(commit_rx))),
+            forwards: commit_tx,
+            epoch,
             wal,
         }))
     }
 
-    /// Stops taking proposals, lets every proposal already taken commit (or fail),
-    /// and stops the tasks. Proposals after this fail with
-    /// [`ReplicateError::Shutdown`]. The log closes when the last handle is dropped.
-    pub async fn shutdown(&self) {
+    async fn stop(&self) {
         let (done, rx) = oneshot::channel();
         if self.commands.send(Command::Shutdown { done }).is_ok() {
             let _ = rx.await;
@@ -296,6 +300,40 @@ impl Replicator for QuorumOfOne {
 
     fn leader(&self) -> Option<PeerId> {
         Some(self.id)
+    }
+
+    fn forward(&self, msg: Bytes) -> Result<(), ReplicateError> {
+        self.forwards
+            .try_send(Committed::Forwarded {
+                from: self.id,
+                payload: msg,
+            })
+            .map_err(|_| ReplicateError::Overloaded {
+                in_flight_max: self.forwards.max_capacity(),
+            })
+    }
+
+    fn stats(&self) -> crate::QuorumStats {
+        let last = self.wal.last_durable_zxid();
+        crate::QuorumStats {
+            role: Role::Leader,
+            leader: Some(self.id),
+            epoch: self.epoch,
+            last_durable: last,
+            committed: last,
+            applied: last,
+            learners: Vec::new(),
+            pending_syncs: 0,
+            syncs: [0; 3],
+            elections: 0,
+            voters: 1,
+        }
+    }
+
+    /// Stops taking proposals, lets every proposal already taken commit (or
+    /// fail), and stops the tasks. The log closes when the last handle is dropped.
+    fn shutdown(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(self.stop())
     }
 
     fn id(&self) -> PeerId {
@@ -411,6 +449,8 @@ impl Sequencer {
 /// proposals and sync barriers.
 struct Committer {
     wal: Arc<Wal>,
+    id: PeerId,
+    epoch: Epoch,
     commits: mpsc::Sender<Committed>,
     in_flight: Arc<AtomicUsize>,
     progress: Arc<Notify>,
@@ -532,7 +572,12 @@ impl Committer {
         .await
         .expect("the replay task does not panic")?;
         self.commits
-            .send(Committed::UpToDate { zxid: replayed })
+            .send(Committed::Role {
+                role: Role::Leader,
+                leader: Some(self.id),
+                epoch: self.epoch,
+                zxid: replayed,
+            })
             .await
             .map_err(|_| ReplicateError::Shutdown)?;
         tracing::info!(last = %replayed, "replay of snapshot and log complete");
@@ -556,7 +601,7 @@ mod tests {
         let mut items = Vec::new();
         loop {
             let item = stream.next().await.expect("stream open");
-            let done = matches!(item, Committed::UpToDate { .. });
+            let done = matches!(item, Committed::Role { .. });
             items.push(item);
             if done {
                 return items;
@@ -579,7 +624,12 @@ mod tests {
         assert!(r.take_commits().is_none(), "one consumer only");
         assert_eq!(
             drain_until_up_to_date(&mut stream).await,
-            vec![Committed::UpToDate { zxid: Zxid::ZERO }]
+            vec![Committed::Role {
+                role: Role::Leader,
+                leader: Some(PeerId(1)),
+                epoch: Epoch(1),
+                zxid: Zxid::ZERO
+            }]
         );
         let proposals: Vec<_> = (0..200u32)
             .map(|i| r.propose(Bytes::from(i.to_be_bytes().to_vec())))
@@ -617,7 +667,7 @@ mod tests {
         let items = drain_until_up_to_date(&mut stream).await;
         let last = Zxid::new(Epoch(1), Counter(5));
         assert_eq!(items.len(), 6);
-        assert_eq!(items[5], Committed::UpToDate { zxid: last });
+        assert!(matches!(items[5], Committed::Role { zxid, .. } if zxid == last));
         for (i, item) in items[..5].iter().enumerate() {
             assert_eq!(
                 item,
@@ -670,7 +720,10 @@ mod tests {
                     zxid: Zxid::new(Epoch(1), Counter(4)),
                     payload: Bytes::from_static(b"after snapshot")
                 },
-                Committed::UpToDate {
+                Committed::Role {
+                    role: Role::Leader,
+                    leader: Some(PeerId(1)),
+                    epoch: Epoch(2),
                     zxid: Zxid::new(Epoch(1), Counter(4))
                 },
             ]

@@ -94,9 +94,10 @@ fn applied(n: &Node) -> Vec<(Zxid, Bytes)> {
                 state = decode(data);
                 assert_eq!(state.last().map(|s| s.0).unwrap_or(Zxid::ZERO), *zxid);
             }
-            Committed::UpToDate { zxid } => {
+            Committed::Role { zxid, .. } => {
                 assert_eq!(state.last().map(|s| s.0).unwrap_or(Zxid::ZERO), *zxid);
             }
+            Committed::Forwarded { .. } => {}
             Committed::Txn { zxid, payload } => {
                 if let Some(last) = state.last() {
                     assert!(zxid.is_next(last.0), "{zxid} after {}", last.0);
@@ -173,7 +174,7 @@ async fn three_replicas_commit_in_order_and_survive_failover() {
 
     // Kill the leader: a new one is elected among the survivors.
     let old = nodes.remove(l);
-    old.rep.shutdown();
+    old.rep.abort();
     net.isolate(old.rep.id());
     wait_for("a new leader", || {
         leader_of(&nodes.iter().collect::<Vec<_>>()).is_some()
@@ -310,12 +311,16 @@ async fn the_stream_says_up_to_date_after_the_synced_history() {
     })
     .await;
     for n in &nodes {
-        wait_for("UpToDate on every peer", || {
-            n.seen
-                .lock()
-                .unwrap()
-                .iter()
-                .any(|c| matches!(c, Committed::UpToDate { .. }))
+        wait_for("a serving Role on every peer", || {
+            n.seen.lock().unwrap().iter().any(|c| {
+                matches!(
+                    c,
+                    Committed::Role {
+                        role: Role::Leader | Role::Follower,
+                        ..
+                    }
+                )
+            })
         })
         .await;
         assert!(matches!(

@@ -234,7 +234,7 @@ async fn three_replicas_over_grpc_commit_and_fail_over() {
     .await;
 
     // Stop the leader and its transport: the other two elect a new leader.
-    reps[l].shutdown();
+    reps[l].abort();
     transports[l].shutdown();
     let rest: Vec<Arc<ZabReplicator>> = (0..3)
         .filter(|i| *i != l)

@@ -68,7 +68,7 @@ async fn start_all(net: &MemNetwork, dirs: &[tempfile::TempDir], boot: u64) -> V
                             v.push(zxid);
                         }
                     }
-                    Committed::UpToDate { .. } => {}
+                    Committed::Role { .. } | Committed::Forwarded { .. } => {}
                 }
             }
         });
@@ -93,7 +93,7 @@ async fn commits_survive_a_restart_of_every_peer() {
         acked.push(f.await.expect("committed"));
     }
     for (r, _) in &peers {
-        r.shutdown();
+        r.abort();
     }
     drop(peers);
 

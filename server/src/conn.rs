@@ -1,7 +1,8 @@
 //! One client connection: a reader that decodes frames and hands them to the
-//! core (holding outstanding-request permits, so that a connection with too
-//! many requests in flight stops being read), and a writer that drains the
-//! connection's [`Outbox`].
+//! core, each request holding one of its connection's slots and one of the
+//! server's until it is answered (a connection with too many requests in
+//! flight stops being read; an idle one holds no server slot), and a writer
+//! that drains the connection's [`Outbox`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,8 +11,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use rzk_wire::server::Incoming;
 use rzk_wire::ServerCodec;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::codec::FramedRead;
@@ -45,10 +45,21 @@ pub(crate) struct ConnCtx {
     pub(crate) whitelist: FourLetterWhitelist,
 }
 
-/// Serves one connection until it closes.
+/// Serves one plain TCP connection until it closes.
 pub(crate) async fn serve(stream: TcpStream, peer: SocketAddr, id: ConnId, ctx: Arc<ConnCtx>) {
     let _ = stream.set_nodelay(true);
+    // The owned halves of a TcpStream share no lock (tokio::io::split has one).
     let (rd, wr) = stream.into_split();
+    serve_split(rd, wr, peer, id, ctx).await;
+}
+
+/// Serves one connection given as its two halves (plain TCP, or TLS through
+/// `tokio::io::split`) until it closes.
+pub(crate) async fn serve_split<R, W>(rd: R, wr: W, peer: SocketAddr, id: ConnId, ctx: Arc<ConnCtx>)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let outbox = Arc::new(Outbox::new(ctx.outgoing_bytes_max));
     let writer = tokio::spawn(write_loop(wr, outbox.clone()));
     let mut framed = FramedRead::with_capacity(
@@ -101,8 +112,8 @@ pub(crate) async fn serve(stream: TcpStream, peer: SocketAddr, id: ConnId, ctx: 
     let _ = writer.await;
 }
 
-async fn read_loop(
-    framed: &mut FramedRead<tokio::net::tcp::OwnedReadHalf, ServerCodec>,
+async fn read_loop<R: AsyncRead + Unpin>(
+    framed: &mut FramedRead<R, ServerCodec>,
     peer: SocketAddr,
     id: ConnId,
     ctx: &ConnCtx,
@@ -110,33 +121,18 @@ async fn read_loop(
 ) {
     let conn_slots = Arc::new(Semaphore::new(ctx.outstanding_max.max(1)));
     loop {
-        // Backpressure: the next request is read only once it has a slot on
-        // this connection and on the server (I7).
-        let permit = match (
-            conn_slots.clone().try_acquire_owned(),
-            ctx.global.clone().try_acquire_owned(),
-        ) {
-            // The common case, without a future per request.
-            (Ok(c), Ok(g)) => Permit {
-                _conn: c,
-                _global: g,
+        // Backpressure: a connection with `outstandingMax` requests in flight
+        // is not read until one is answered (I7). Only its own slot is taken
+        // before reading, so an idle connection holds nothing anyone else needs.
+        let conn_permit = match conn_slots.clone().try_acquire_owned() {
+            Ok(c) => c,
+            Err(_) => tokio::select! {
+                c = conn_slots.clone().acquire_owned() => match c {
+                    Ok(c) => c,
+                    Err(_) => return,
+                },
+                _ = outbox.cancel.cancelled() => return,
             },
-            // Give back a slot taken alone before waiting for both: keeping it
-            // while waiting could leave a connection waiting for itself.
-            partial => {
-                drop(partial);
-                tokio::select! {
-                    p = async {
-                        let c = conn_slots.clone().acquire_owned().await;
-                        let g = ctx.global.clone().acquire_owned().await;
-                        (c, g)
-                    } => match p {
-                        (Ok(c), Ok(g)) => Permit { _conn: c, _global: g },
-                        _ => return,
-                    },
-                    _ = outbox.cancel.cancelled() => return,
-                }
-            }
         };
         let item = tokio::select! {
             item = framed.next() => item,
@@ -158,6 +154,26 @@ async fn read_loop(
             Some(Ok(Incoming::UnknownOpCode { xid, .. })) => Req::Unknown { xid },
             Some(Ok(Incoming::Connect(_) | Incoming::FourLetterWord(_))) => return,
         };
+        // The server's slot is taken only once a request is in hand:
+        // `globalOutstandingLimit` counts requests in flight, never connections
+        // (as ZooKeeper's does). Taken before reading, it was held by every idle
+        // connection, and once as many sessions as the limit were open a new
+        // one waited for another's ping (issue 15). Waiting here holds this
+        // connection's slot only, which no other request needs.
+        let global = match ctx.global.clone().try_acquire_owned() {
+            Ok(g) => g,
+            Err(_) => tokio::select! {
+                g = ctx.global.clone().acquire_owned() => match g {
+                    Ok(g) => g,
+                    Err(_) => return,
+                },
+                _ = outbox.cancel.cancelled() => return,
+            },
+        };
+        let permit = Permit {
+            _conn: conn_permit,
+            _global: global,
+        };
         if ctx
             .core
             .send(CoreMsg::Request {
@@ -173,7 +189,7 @@ async fn read_loop(
     }
 }
 
-async fn write_loop(mut wr: OwnedWriteHalf, outbox: Arc<Outbox>) {
+async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, outbox: Arc<Outbox>) {
     loop {
         match outbox.next() {
             Next::Write(buf) => {

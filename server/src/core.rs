@@ -336,7 +336,7 @@ pub enum CoreError {
 
 impl Core {
     /// Takes the commit stream and applies the start-up replay (snapshot + log)
-    /// until [`Committed::UpToDate`]. Clients are served only after this.
+    /// until the first serving [`Committed::Role`]. Clients are served only after this.
     pub(crate) async fn recover(
         cfg: CoreConfig,
         replicator: Arc<dyn Replicator>,
@@ -373,7 +373,14 @@ impl Core {
         loop {
             match commits.next().await {
                 None => return Err(CoreError::Commits("ended during recovery".into())),
-                Some(Committed::UpToDate { zxid }) => {
+                Some(Committed::Role {
+                    role:
+                        rzk_quorum::Role::Leader
+                        | rzk_quorum::Role::Follower
+                        | rzk_quorum::Role::Observer,
+                    zxid,
+                    ..
+                }) => {
                     tracing::info!(
                         last_zxid = %zxid,
                         replayed,
@@ -1338,7 +1345,7 @@ impl Core {
                 tracing::info!(zxid = %at, nodes = self.tree.node_count(), "snapshot loaded");
                 Ok(())
             }
-            Committed::UpToDate { .. } => Ok(()),
+            Committed::Role { .. } | Committed::Forwarded { .. } => Ok(()),
             Committed::Txn { zxid, payload } => self.apply_committed(zxid, &payload),
         }
     }

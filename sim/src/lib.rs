@@ -695,6 +695,8 @@ impl World {
                 self.nodes[i].syncs.remove(&id);
                 Ok(())
             }
+            // The simulated clients do not forward messages (yet).
+            Output::Forwarded { .. } => Ok(()),
             Output::RoleChanged { role, epoch, .. } => {
                 let id = self.nodes[i].id;
                 let last = self.nodes[i].disk.last();

@@ -38,6 +38,7 @@ async fn dispatch(command: Command) -> anyhow::Result<bool> {
         Command::Populate(args) => populate(args).await,
         Command::IdleSessions(args) => idle(args).await,
         Command::WaitServing(args) => wait(args).await,
+        Command::ConnectStorm(args) => connect_storm(args).await,
     }
 }
 
@@ -176,4 +177,38 @@ async fn wait(args: rzk_benches::cli::WaitArgs) -> anyhow::Result<bool> {
     let elapsed = rzk_benches::wait::wait_serving(&opts).await?;
     println!("{}", elapsed.as_millis());
     Ok(true)
+}
+
+async fn connect_storm(args: rzk_benches::cli::ConnectStormArgs) -> anyhow::Result<bool> {
+    let json = args.json;
+    let save = args.save_sessions.clone();
+    let opts = args.into_options()?;
+    let report = rzk_benches::connect_storm::connect_storm(&opts).await;
+    print_errors(&report.messages, report.errors);
+    if let Some(path) = save {
+        let mut text = String::new();
+        for s in &report.saved {
+            text.push_str(&s.to_line());
+            text.push('\n');
+        }
+        std::fs::write(&path, text)
+            .with_context(|| format!("--save-sessions {}", path.display()))?;
+    }
+    if json {
+        println!("{}", report.to_json());
+    } else {
+        println!(
+            "{} sessions ({}) established {} at a time in {:.2} s = {:.0}/s; connect to first ping p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; errors {}",
+            report.established,
+            report.mode,
+            report.parallelism,
+            report.seconds,
+            report.sessions_per_sec(),
+            report.latency.p50_us as f64 / 1000.0,
+            report.latency.p99_us as f64 / 1000.0,
+            report.latency.max_us as f64 / 1000.0,
+            report.errors
+        );
+    }
+    Ok(report.errors == 0 && report.established as usize == report.sessions)
 }

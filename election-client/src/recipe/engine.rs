@@ -110,6 +110,13 @@ pub enum Call {
         /// The ops.
         ops: Vec<Op>,
     },
+    /// sync: the next read on this session sees everything committed before it, also on
+    /// a server that lags (after a reconnect to another member). Answer:
+    /// [`Reply::Synced`].
+    Sync {
+        /// The path (any; ZooKeeper syncs the whole tree).
+        path: String,
+    },
 }
 
 /// The answer to a [`Call`].
@@ -131,6 +138,8 @@ pub enum Reply {
     Watching(Result<()>),
     /// For [`Call::Multi`].
     Multi(Result<Vec<OpResult>>),
+    /// For [`Call::Sync`].
+    Synced(Result<()>),
 }
 
 impl Reply {
@@ -144,7 +153,8 @@ impl Reply {
             | Reply::Stat(Err(e))
             | Reply::Deleted(Err(e))
             | Reply::Watching(Err(e))
-            | Reply::Multi(Err(e)) => Some(e),
+            | Reply::Multi(Err(e))
+            | Reply::Synced(Err(e)) => Some(e),
             Reply::Created(Ok(_))
             | Reply::Data(Ok(_))
             | Reply::Exists(Ok(_))
@@ -152,7 +162,8 @@ impl Reply {
             | Reply::Stat(Ok(_))
             | Reply::Deleted(Ok(_))
             | Reply::Watching(Ok(_))
-            | Reply::Multi(Ok(_)) => None,
+            | Reply::Multi(Ok(_))
+            | Reply::Synced(Ok(_)) => None,
         }
     }
 }
@@ -414,6 +425,7 @@ pub(crate) async fn client_call(client: &Client, call: Call) -> (Reply, Option<W
             }
         }
         Call::Multi { ops } => (Reply::Multi(client.multi(ops).await), None),
+        Call::Sync { path } => (Reply::Synced(client.sync(&path).await.map(|_| ())), None),
     }
 }
 
@@ -531,8 +543,14 @@ struct Driver<O: RecipeOps, M: Machine> {
     ended: bool,
 }
 
-/// How long the driver lets the calls of a closing machine (its last deletes) finish.
+/// How long [`Running::close`] waits for a closing machine to finish its cleanup (its
+/// last deletes). A machine that needs longer (its connection is suspended) goes on in
+/// the background until it ends, its session is lost or the client closes.
 const CLOSE_DRAIN: Duration = Duration::from_secs(5);
+
+/// How long a closing machine may go on in the background before it is stopped anyway
+/// (its ephemeral nodes die with the session; this bounds the task's life).
+const CLOSE_GIVE_UP: Duration = Duration::from_secs(600);
 
 async fn drive<O: RecipeOps, M: Machine>(
     ops: Arc<O>,
@@ -559,7 +577,14 @@ async fn drive<O: RecipeOps, M: Machine>(
     if let Some(state) = state {
         d.feed(Input::Conn(state));
     }
-    let mut close_done: Option<oneshot::Sender<()>> = None;
+    // Holders waiting in close(); answered when the machine ends, or at the drain
+    // deadline, whichever comes first.
+    let mut close_waiters: Vec<oneshot::Sender<()>> = Vec::new();
+    let mut closing = false;
+    let mut drain_deadline: Option<Instant> = None;
+    let mut gave_waiters_up = false;
+    let mut commands_open = true;
+    let mut states_open = true;
     while !d.ended {
         let next_timer = d.timers.keys().next().map(|(at, _)| *at);
         let epoch = d.epoch;
@@ -569,22 +594,44 @@ async fn drive<O: RecipeOps, M: Machine>(
                 None => futures::future::pending::<()>().await,
             }
         };
+        let drain = async move {
+            match drain_deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => futures::future::pending::<()>().await,
+            }
+        };
         tokio::select! {
             biased;
-            cmd = commands.recv() => match cmd {
-                Some(Ctl::Command(c)) => d.feed(Input::Command(c)),
-                Some(Ctl::Close(done)) => {
-                    close_done = Some(done);
+            cmd = commands.recv(), if commands_open => {
+                let close = match cmd {
+                    Some(Ctl::Command(c)) => {
+                        if !closing {
+                            d.feed(Input::Command(c));
+                        }
+                        false
+                    }
+                    Some(Ctl::Close(done)) => {
+                        if gave_waiters_up {
+                            // A second close() after the first stopped waiting.
+                            let _ = done.send(());
+                        } else {
+                            close_waiters.push(done);
+                        }
+                        true
+                    }
+                    // Every handle is gone: close, as if asked.
+                    None => {
+                        commands_open = false;
+                        true
+                    }
+                };
+                if close && !closing {
+                    closing = true;
+                    drain_deadline = Some(Instant::now() + CLOSE_DRAIN);
                     d.feed(Input::Close);
-                    // A machine that does not end on Close is still stopped.
-                    d.ended = true;
-                }
-                None => {
-                    d.feed(Input::Close);
-                    d.ended = true;
                 }
             },
-            state = states.next() => match state {
+            state = states.next(), if states_open => match state {
                 Some(Ok(state)) => d.feed(Input::Conn(state)),
                 Some(Err(lagged)) => {
                     // What was missed is unknown: assume the session is gone, then take
@@ -597,8 +644,13 @@ async fn drive<O: RecipeOps, M: Machine>(
                         d.feed(Input::Conn(state));
                     }
                 }
+                // The client is closed: nothing more can be done on the server.
                 None => {
-                    d.feed(Input::Close);
+                    states_open = false;
+                    if !closing {
+                        closing = true;
+                        d.feed(Input::Close);
+                    }
                     d.ended = true;
                 }
             },
@@ -650,16 +702,29 @@ async fn drive<O: RecipeOps, M: Machine>(
                     d.feed(Input::Timer { id: key.1 });
                 }
             }
+            () = drain => {
+                if close_waiters.is_empty() && gave_waiters_up {
+                    tracing::warn!("a closing recipe did not finish its cleanup; stopping it");
+                    d.ended = true;
+                }
+                // The holder stops waiting; the cleanup goes on in the background, for
+                // a bounded time.
+                gave_waiters_up = true;
+                drain_deadline = Some(Instant::now() + CLOSE_GIVE_UP);
+                for done in close_waiters.drain(..) {
+                    let _ = done.send(());
+                }
+            }
         }
     }
     for (_, h) in d.aborts.drain() {
         h.abort();
     }
-    // The calls the machine issued last (deleting its nodes on close) finish before
-    // close() returns; their answers go nowhere.
+    // Calls issued together with the end (a last delete) finish before close() returns;
+    // their answers go nowhere.
     let drain = async { while d.inflight.next().await.is_some() {} };
     let _ = tokio::time::timeout(CLOSE_DRAIN, drain).await;
-    if let Some(done) = close_done {
+    for done in close_waiters {
         let _ = done.send(());
     }
 }

@@ -575,6 +575,7 @@ fn fail_reply(call: &Call, e: Error) -> Reply {
         Call::Delete { .. } => Reply::Deleted(Err(e)),
         Call::AddWatch { .. } => Reply::Watching(Err(e)),
         Call::Multi { .. } => Reply::Multi(Err(e)),
+        Call::Sync { .. } => Reply::Synced(Err(e)),
     }
 }
 
@@ -713,6 +714,8 @@ pub(crate) fn fake_call(t: &mut Tree, s: SessionId, call: Call) -> (Reply, Optio
             )
         }
         Call::Multi { ops } => (Reply::Multi(fake_multi(t, s, ops)), None),
+        // One tree: every read already sees every write.
+        Call::Sync { .. } => (Reply::Synced(Ok(())), None),
     }
 }
 
@@ -730,9 +733,23 @@ fn fake_multi(t: &mut Tree, s: SessionId, ops: Vec<MultiOp>) -> Result<Vec<Multi
                 }
                 Some(_) => None,
             },
-            MultiOp::Create { path, .. } => t
-                .exists(path)
-                .then(|| Error::NodeExists { path: path.clone() }),
+            MultiOp::Create { path, .. } => {
+                let parent = parent_of(path);
+                if t.exists(path) {
+                    Some(Error::NodeExists { path: path.clone() })
+                } else if parent != "/" && !t.exists(parent) {
+                    Some(Error::NoNode { path: path.clone() })
+                } else {
+                    None
+                }
+            }
+        };
+        // A delete of a node with children fails too (NOTEMPTY), before anything applies.
+        let err = match (err, op) {
+            (None, MultiOp::Delete { path, .. }) if t.has_children(path) => {
+                Some(Error::NotEmpty { path: path.clone() })
+            }
+            (err, _) => err,
         };
         if let Some(e) = err {
             return Err(Error::MultiFailed {

@@ -1,7 +1,13 @@
-//! Recipes: [`LeaderLatch`], [`LeaderSelector`], [`Mutex`], all built on one
-//! [`candidacy`] state machine with fencing, run by one task each over [`RecipeOps`].
+//! Recipes, each a sans-IO state machine run by one task over [`RecipeOps`]:
+//! - [`LeaderLatch`], [`LeaderSelector`], [`Mutex`]: the [`candidacy`] machine, fenced;
+//! - [`ReadWriteLock`], [`Semaphore`]: the [`queue`] machine;
+//! - [`TreeCache`] ([`NodeCache`], [`ChildrenCache`]), [`PersistentNode`],
+//!   [`SharedCounter`], [`Barrier`], [`DoubleBarrier`]: machines of the generic
+//!   [`engine`].
 
+pub mod barrier;
 pub mod candidacy;
+pub mod counter;
 pub(crate) mod driver;
 pub mod engine;
 mod latch;
@@ -14,9 +20,13 @@ mod fake;
 #[cfg(test)]
 mod harness;
 mod persistent_node;
+pub mod queue;
+mod rwlock;
 mod tree_cache;
 
+pub use barrier::{Barrier, DoubleBarrier, DoubleBarrierConfig};
 pub use candidacy::{Grant, Revoked};
+pub use counter::{CounterConfig, CounterEvent, CounterValue, SharedCounter};
 pub use driver::RecipeEvent;
 pub use latch::{LatchConfig, LeaderLatch};
 pub use mutex::{Mutex, MutexGuard};
@@ -24,6 +34,7 @@ pub use ops::{RecipeOps, WatchFired};
 pub use persistent_node::{
     Absence, NodeCommand, NodeConfig, NodeEvent, NodeKind, NodeMachine, PersistentNode,
 };
+pub use rwlock::{LockGuard, ReadWriteLock, Semaphore, LEASE_NAME, READ_NAME, WRITE_NAME};
 pub use selector::{LeaderSelector, Leadership, CALLBACK_GRACE};
 pub use tree_cache::{
     CacheConfig, CacheEvent, CacheMachine, CacheMap, CachedNode, ChildrenCache, NodeCache,

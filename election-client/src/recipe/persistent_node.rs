@@ -213,6 +213,45 @@ pub struct NodeMachine {
     setting: Option<OpId>,
     /// The last session connected with.
     seen: Option<SessionId>,
+    /// After close: what is left to delete.
+    closing: Option<Cleanup>,
+}
+
+/// What a closed [`NodeMachine`] still has to remove from the server before it ends
+/// (docs/curator-recipes.md §7 invariant 16: close is final and clean, and a create
+/// that lands after close is deleted, CURATOR-18).
+#[derive(Debug, Default)]
+struct Cleanup {
+    /// The session whose ephemerals are ours to remove; once it is gone (`LOST`, or a
+    /// new session) they died with it.
+    session: Option<SessionId>,
+    /// Nodes to delete whatever their version: ours by construction.
+    delete: Vec<(String, Lifetime)>,
+    /// A fixed path whose create may have landed: read it, delete it if `session` owns it.
+    verify: Option<String>,
+    /// A protected prefix whose create may have landed: list, delete what matches.
+    find: Option<String>,
+    /// The create that was in flight at close; its answer says what to remove.
+    create: Option<OpId>,
+    /// Cleanup calls in flight.
+    inflight: Vec<(OpId, CleanupCall)>,
+    /// A retry timer after a failed cleanup call.
+    retry: Option<OpId>,
+}
+
+/// Whether a node to clean up dies with its session anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lifetime {
+    Ephemeral,
+    /// A TTL node outlives the session: deleted on the next one too.
+    Durable,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CleanupCall {
+    Delete(String, Lifetime),
+    Verify(String),
+    Find(String),
 }
 
 impl NodeMachine {
@@ -234,6 +273,7 @@ impl NodeMachine {
             stale_nodes: Vec::new(),
             setting: None,
             seen: None,
+            closing: None,
         }
     }
 
@@ -720,18 +760,261 @@ impl NodeMachine {
             return;
         }
         self.closed = true;
-        if let Some((path, session)) = self.node.take() {
-            // Delete only what is ours: a TTL node or an ephemeral of the live session.
-            if self.conn == Some(session) || self.is_ttl() {
-                self.ids.call(Call::Delete { path, version: -1 }, out);
-            }
-        }
-        self.flush_stale(out);
         if self.present {
             self.present = false;
             out.push(Output::Emit(NodeEvent::Absent(Absence::Closed)));
         }
-        self.end(out);
+        let mut c = Cleanup {
+            session: self.conn.or(self.seen),
+            ..Cleanup::default()
+        };
+        let lifetime = if self.is_ttl() {
+            Lifetime::Durable
+        } else {
+            Lifetime::Ephemeral
+        };
+        if let Some((path, session)) = self.node.take() {
+            // Only what is ours: a TTL node, or an ephemeral of the session we hold.
+            if self.is_ttl() || Some(session) == c.session {
+                c.delete.push((path, lifetime));
+            }
+        } else if self.seen.is_some() {
+            // The node is not known, but a create may have landed (its answer lost in
+            // a suspension, or still to come): a fixed path is read and deleted only if
+            // our session owns it; a protected name is found by its prefix.
+            if self.is_sequential() {
+                c.find = Some(self.prefix());
+            } else {
+                c.verify = Some(self.cfg.path.clone());
+            }
+        }
+        if let Step::Creating { op } = self.step {
+            c.create = Some(op);
+        }
+        // Sequential nodes of dead sessions: they die anyway, but may linger after a
+        // client-side LOST; deleting them is harmless (their names are ours alone).
+        for path in std::mem::take(&mut self.stale_nodes) {
+            c.delete.push((path, Lifetime::Durable));
+        }
+        self.step = Step::Idle;
+        self.closing = Some(c);
+        self.progress_cleanup(0, out);
+    }
+
+    /// Issue what can be issued now; end once nothing is left.
+    fn progress_cleanup(&mut self, _now_ms: u64, out: &mut Vec<Output<NodeEvent>>) {
+        let Some(mut c) = self.closing.take() else {
+            return;
+        };
+        if self.conn.is_some() && c.retry.is_none() {
+            for (path, life) in std::mem::take(&mut c.delete) {
+                let id = self.ids.call(
+                    Call::Delete {
+                        path: path.clone(),
+                        version: -1,
+                    },
+                    out,
+                );
+                c.inflight.push((id, CleanupCall::Delete(path, life)));
+            }
+            if let Some(path) = c.verify.take() {
+                let id = self.ids.call(
+                    Call::GetData {
+                        path: path.clone(),
+                        watch: false,
+                    },
+                    out,
+                );
+                c.inflight.push((id, CleanupCall::Verify(path)));
+            }
+            if let Some(prefix) = c.find.take() {
+                let id = self.ids.call(
+                    Call::Children {
+                        path: self.parent().to_owned(),
+                        watch: false,
+                    },
+                    out,
+                );
+                c.inflight.push((id, CleanupCall::Find(prefix)));
+            }
+        }
+        let done = c.delete.is_empty()
+            && c.verify.is_none()
+            && c.find.is_none()
+            && c.create.is_none()
+            && c.inflight.is_empty();
+        self.closing = Some(c);
+        if done {
+            self.end(out);
+        }
+    }
+
+    /// The session at close is gone: its ephemerals died with it; what outlives it (a
+    /// TTL node) is still to be removed on the next session.
+    fn cleanup_session_gone(&mut self) {
+        let ttl = self.is_ttl();
+        let path = self.cfg.path.clone();
+        let Some(c) = self.closing.as_mut() else {
+            return;
+        };
+        c.session = None;
+        c.retry = None;
+        let create_pending = c.create.take().is_some();
+        for (_, call) in std::mem::take(&mut c.inflight) {
+            match call {
+                CleanupCall::Delete(p, Lifetime::Durable) => c.delete.push((p, Lifetime::Durable)),
+                CleanupCall::Verify(p) if ttl => c.verify = Some(p),
+                CleanupCall::Delete(_, Lifetime::Ephemeral)
+                | CleanupCall::Verify(_)
+                | CleanupCall::Find(_) => {}
+            }
+        }
+        c.delete.retain(|(_, life)| *life == Lifetime::Durable);
+        c.find = None;
+        if !ttl {
+            c.verify = None;
+        } else if create_pending {
+            c.verify = Some(path);
+        }
+    }
+
+    fn on_closing_input(
+        &mut self,
+        now_ms: u64,
+        input: Input<NodeCommand>,
+        out: &mut Vec<Output<NodeEvent>>,
+    ) {
+        match input {
+            Input::Conn(state) => match state {
+                ConnectionState::Connected { session }
+                | ConnectionState::Reconnected { session } => {
+                    let same = self.closing.as_ref().and_then(|c| c.session) == Some(session);
+                    if !same {
+                        self.cleanup_session_gone();
+                    }
+                    self.conn = Some(session);
+                    if let Some(c) = self.closing.as_mut() {
+                        // Whatever was in flight on the old connection is answered (or
+                        // lost) there; re-issue it.
+                        for (_, call) in std::mem::take(&mut c.inflight) {
+                            match call {
+                                CleanupCall::Delete(p, l) => c.delete.push((p, l)),
+                                CleanupCall::Verify(p) => c.verify = Some(p),
+                                CleanupCall::Find(p) => c.find = Some(p),
+                            }
+                        }
+                        c.retry = None;
+                    }
+                }
+                ConnectionState::Suspended | ConnectionState::ReadOnly { .. } => {
+                    self.conn = None;
+                }
+                ConnectionState::Lost => {
+                    self.conn = None;
+                    self.cleanup_session_gone();
+                }
+            },
+            Input::Done { id, reply } => self.on_cleanup_done(now_ms, id, reply, out),
+            Input::Timer { id } => {
+                if let Some(c) = self.closing.as_mut() {
+                    if c.retry == Some(id) {
+                        c.retry = None;
+                    }
+                }
+            }
+            Input::Start
+            | Input::Close
+            | Input::Fired { .. }
+            | Input::Event { .. }
+            | Input::StreamEnded { .. }
+            | Input::Command(_) => {}
+        }
+        self.progress_cleanup(now_ms, out);
+    }
+
+    fn on_cleanup_done(
+        &mut self,
+        now_ms: u64,
+        id: OpId,
+        reply: Reply,
+        out: &mut Vec<Output<NodeEvent>>,
+    ) {
+        let Some(mut c) = self.closing.take() else {
+            return;
+        };
+        let mut failed = false;
+        if c.create == Some(id) {
+            c.create = None;
+            match reply {
+                Reply::Created(Ok((path, _))) => c.delete.push((
+                    path,
+                    if self.is_ttl() {
+                        Lifetime::Durable
+                    } else {
+                        Lifetime::Ephemeral
+                    },
+                )),
+                Reply::Created(Err(e)) if e.is_connection_loss() => {
+                    if self.is_sequential() {
+                        c.find = Some(self.prefix());
+                    } else {
+                        c.verify = Some(self.cfg.path.clone());
+                    }
+                }
+                _ => {}
+            }
+        } else if let Some(i) = c.inflight.iter().position(|(k, _)| *k == id) {
+            let (_, call) = c.inflight.remove(i);
+            match (call, reply) {
+                (CleanupCall::Delete(..), Reply::Deleted(Ok(()) | Err(Error::NoNode { .. }))) => {}
+                (CleanupCall::Delete(p, l), Reply::Deleted(Err(e))) if retryable(&e) => {
+                    c.delete.push((p, l));
+                    failed = true;
+                }
+                (CleanupCall::Delete(p, _), Reply::Deleted(Err(e))) => {
+                    tracing::warn!(path = %p, error = %e, "could not delete the node on close");
+                }
+                (CleanupCall::Verify(p), Reply::Data(Ok((_, stat)))) => {
+                    if c.session.is_some() && Some(stat.ephemeral_owner) == c.session {
+                        let id = self.ids.call(
+                            Call::Delete {
+                                path: p.clone(),
+                                version: stat.version,
+                            },
+                            out,
+                        );
+                        c.inflight
+                            .push((id, CleanupCall::Delete(p, Lifetime::Ephemeral)));
+                    } else if self.is_ttl() {
+                        c.delete.push((p, Lifetime::Durable));
+                    }
+                }
+                (CleanupCall::Verify(_), Reply::Data(Err(Error::NoNode { .. }))) => {}
+                (CleanupCall::Verify(p), Reply::Data(Err(e))) if retryable(&e) => {
+                    c.verify = Some(p);
+                    failed = true;
+                }
+                (CleanupCall::Find(prefix), Reply::Children(Ok(children))) => {
+                    for child in children.iter().filter(|n| n.starts_with(&prefix)) {
+                        c.delete
+                            .push((join_path(self.parent(), child), Lifetime::Ephemeral));
+                    }
+                }
+                (CleanupCall::Find(_), Reply::Children(Err(Error::NoNode { .. }))) => {}
+                (CleanupCall::Find(prefix), Reply::Children(Err(e))) if retryable(&e) => {
+                    c.find = Some(prefix);
+                    failed = true;
+                }
+                (call, reply) => {
+                    tracing::warn!(?call, ?reply, "cleanup after close gave up");
+                }
+            }
+        }
+        if failed && self.conn.is_some() && c.retry.is_none() {
+            let delay = self.backoff.next_delay_ms();
+            c.retry = Some(self.ids.timer(now_ms + delay, out));
+        }
+        self.closing = Some(c);
     }
 
     fn on_command(&mut self, c: NodeCommand, out: &mut Vec<Output<NodeEvent>>) {
@@ -746,6 +1029,11 @@ impl NodeMachine {
     }
 }
 
+/// Errors after which a cleanup call is worth repeating on the next connection.
+fn retryable(e: &Error) -> bool {
+    e.is_connection_loss() || matches!(e, Error::SessionExpired)
+}
+
 impl Machine for NodeMachine {
     type Command = NodeCommand;
     type Event = NodeEvent;
@@ -753,6 +1041,10 @@ impl Machine for NodeMachine {
     fn step(&mut self, now_ms: u64, input: Input<NodeCommand>) -> Vec<Output<NodeEvent>> {
         let mut out = Vec::new();
         if self.step == Step::Ended {
+            return out;
+        }
+        if self.closing.is_some() {
+            self.on_closing_input(now_ms, input, &mut out);
             return out;
         }
         match input {

@@ -281,10 +281,101 @@ fn close_deletes_the_node_and_reports_it() {
     h.start();
     h.run(2);
     h.feed(Input::Close);
-    assert!(h.ended);
     assert_eq!(h.events.last(), Some(&NodeEvent::Absent(Absence::Closed)));
+    assert!(!h.ended, "ends once the delete is answered");
     h.run(3);
+    assert!(h.ended);
     assert!(!h.server.with(|t| t.exists(PATH)));
+}
+
+/// How the connection behaves right after a close.
+#[derive(Debug, Clone, Copy)]
+enum AfterClose {
+    Connected,
+    /// Suspended at the close, back on the same session later.
+    SuspendedThenBack,
+    /// Suspended at the close, then the session is lost (and expired on the server).
+    SuspendedThenLost,
+    /// The close comes while a create is in flight and its reply is lost.
+    LostReply,
+}
+
+#[test]
+fn close_at_every_step_leaves_nothing_of_ours_and_ends() {
+    // Invariant 16 of docs/curator-recipes.md §7 and CURATOR-18: a create answered
+    // after close is deleted; a close while suspended deletes once reconnected.
+    // Checked to fail: with the old close (delete the known node, end at once, later
+    // answers dropped), a create that landed before a suspension stayed on the server
+    // after close (first failure: Ephemeral k=0 SuspendedThenBack).
+    for kind in [
+        NodeKind::Ephemeral,
+        NodeKind::ProtectedSequential,
+        NodeKind::Ttl { ttl_ms: 3_000 },
+    ] {
+        for k in 0..8 {
+            for after in [
+                AfterClose::Connected,
+                AfterClose::SuspendedThenBack,
+                AfterClose::SuspendedThenLost,
+                AfterClose::LostReply,
+            ] {
+                let ctx = format!("{kind:?} k={k} {after:?}");
+                let mut h = h(cfg(kind));
+                h.start();
+                h.run(k);
+                // Calls already issued are answered by the server as it is now; the
+                // close comes before their answers.
+                match after {
+                    AfterClose::Connected => h.feed(Input::Close),
+                    AfterClose::LostReply => {
+                        h.lose_reply_if = Some(Box::new(|c| matches!(c, Call::Create { .. })));
+                        h.feed(Input::Close);
+                    }
+                    AfterClose::SuspendedThenBack | AfterClose::SuspendedThenLost => {
+                        // The pending calls reach the server; their answers are lost.
+                        let calls = h.pending.len();
+                        h.lose_reply_if = None;
+                        for _ in 0..calls {
+                            if let Some(Output::Call { call, .. }) = h.pending.front().cloned() {
+                                let s = h.session;
+                                h.server.with(|t| super::super::fake::fake_call(t, s, call));
+                            }
+                            h.pending.pop_front();
+                        }
+                        h.suspend();
+                        h.feed(Input::Close);
+                        h.drop_pending();
+                        if matches!(after, AfterClose::SuspendedThenBack) {
+                            h.reconnect_same();
+                        } else {
+                            h.lose(true);
+                        }
+                    }
+                }
+                assert!(
+                    h.run_until(60, |h| h.ended),
+                    "{ctx}: never ended: {:?}",
+                    h.m
+                );
+                assert!(
+                    !h.events
+                        .iter()
+                        .skip_while(|e| **e != NodeEvent::Absent(Absence::Closed))
+                        .any(|e| matches!(e, NodeEvent::Present { .. })),
+                    "{ctx}: present after close: {:?}",
+                    h.events
+                );
+                let left = ours(&h, b"v1");
+                let live: Vec<_> = left
+                    .iter()
+                    .filter(|(_, owner)| {
+                        *owner == SessionId::NONE || h.server.with(|t| t.is_live(*owner))
+                    })
+                    .collect();
+                assert!(live.is_empty(), "{ctx}: left behind: {live:?}");
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

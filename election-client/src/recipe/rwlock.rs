@@ -1,51 +1,60 @@
-//! [`ReadWriteLock`] (Curator's `InterProcessReadWriteLock`) and [`Semaphore`]
-//! (Curator's `InterProcessSemaphoreV2`): queue recipes on the candidacy machine with a
-//! different admission [`Rule`].
+//! [`ReadWriteLock`] (Curator's `InterProcessReadWriteLock`) and [`Semaphore`] (Curator's
+//! `InterProcessSemaphoreV2`): the [`queue`](super::queue) machine with a different
+//! admission rule each.
 //!
-//! Every acquirer queues a protected ephemeral-sequential node under the lock path;
-//! nodes are ordered by their sequence number:
-//! - a **writer** (`write-`) holds when no node of any kind precedes it, and watches its
-//!   immediate predecessor;
-//! - a **reader** (`read-`) holds when no writer node precedes it, and watches the
-//!   nearest preceding writer;
-//! - a **lease** of a semaphore of `n` holds when fewer than `n` nodes precede it, and
-//!   watches the parent's children.
+//! Every acquisition queues a protected ephemeral-sequential node under the lock path, in
+//! sequence order (fair: first come, first served):
+//! - a **writer** (`write-`) holds when no node of any kind precedes it;
+//! - a **reader** (`read-`) holds when no writer precedes it;
+//! - a **lease** (`lease-`) of a semaphore of `n` holds when fewer than `n` nodes precede
+//!   it.
 //!
-//! Since new nodes only ever queue behind existing ones, a node that is admitted stays
-//! admitted while it exists: at most one writer and no reader beside it, at most `n`
-//! leases, whatever the interleaving. Fair: admission is in sequence order.
+//! New nodes only queue behind existing ones, so an admitted node stays admitted while it
+//! exists: never two writers, never a reader beside a writer, never more than `n` leases
+//! (when every participant uses the same `n`), whatever the interleaving.
 //!
-//! # Across connection states (the same lifecycle as [`Mutex`](super::Mutex))
-//! - Admission needs proof on the current session: the node is admitted in the listing
-//!   **and** a read shows `ephemeralOwner == current session` (CURATOR-696); with an
-//!   epoch path, a writer (or a lease) is also fenced with a conditional increment of
-//!   the epoch znode checked together with its node, and gets a [`FencingToken`].
-//! - `SUSPENDED` / `READ_ONLY`: the guard reports not held at once; `RECONNECTED` on the
-//!   same session re-proves the same node (and re-fences).
-//! - `LOST` while held: the guard is lost for good ([`LockGuard::lost`] resolves with
-//!   [`Revoked::Lost`]); acquire again. `LOST` while waiting: a fresh node on the new
-//!   session, parents recreated; every failure retried with backoff.
+//! # Across connection states (the lifecycle of [`Mutex`](super::Mutex))
+//! - A grant needs proof on the current session (admitted in a listing, and the node's
+//!   `ephemeralOwner` is the current session: CURATOR-696). A fenced writer (or lease)
+//!   then increments the epoch znode in a multi that checks its node: its
+//!   [`FencingToken`] is shared with no other grant. A reader of a fenced lock reads the
+//!   epoch: its token is the last writer's, so a resource that has seen a larger epoch
+//!   can refuse a reader that outlived its lock.
+//! - `SUSPENDED` / `READ_ONLY`: [`LockGuard::is_held`] turns false at once (the holder
+//!   cannot be sure); `RECONNECTED` on the same session re-proves the same node (a writer
+//!   is re-fenced with a larger token) and it turns true again.
+//! - `LOST`: the lock is gone for good: [`LockGuard::lost`] resolves with
+//!   [`Revoked::Lost`]; acquire again. While still waiting, `LOST` queues a fresh node on
+//!   the next session (the old one is deleted); `NONODE` (the container parent was
+//!   collected) is retried, never ignored.
+//! - Release (or dropping the last guard) deletes the node, also one whose create was
+//!   answered late or not at all (found by its protected prefix).
 //!
 //! # Re-entrancy
-//! Per [`ReadWriteLock`] (or [`Semaphore`]) handle, the holder in this process: while
-//! a handle holds the write lock, further `write()` and `read()` calls on it return at
-//! once with guards sharing that acquisition (a read guard taken under the write lock
-//! keeps the write lock until it is dropped); further `read()` calls while it holds a
-//! read lock share it. `write()` while holding only a read lock is refused (an upgrade
-//! would wait for itself).
+//! Per handle ([`ReadWriteLock`] value): while it holds the write lock, further `write()`
+//! and `read()` calls on it return at once with guards sharing that acquisition (a read
+//! guard taken under the write lock keeps the write lock until it is dropped: this is not
+//! a downgrade); further `read()` calls while it holds a read lock share that one.
+//! `write()` while holding only a read lock is refused: the upgrade would wait for itself.
+//! (Curator counts re-entrancy per thread and grants a read to the thread that holds
+//! the write lock whatever the read node's position, its downgrade; a writer queued
+//! before that read node is admitted once the write lock is released, beside the
+//! downgraded reader. This follows from its read predicate; not exercised here.)
 //!
 //! [`FencingToken`]: crate::FencingToken
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::Mutex as AsyncMutex;
+use tokio::sync::{watch, Mutex as AsyncMutex};
 
-use super::candidacy::{CandidacyConfig, Grant, Mode, Revoked, Rule, SortKey};
-use super::driver::{Driver, RecipeEvent};
+use super::candidacy::{Grant, Revoked};
+use super::engine::Running;
 use super::latch::rand_nonce;
 use super::ops::RecipeOps;
+use super::queue::{Admission, Fence, QueueCommand, QueueConfig, QueueEvent, QueueMachine};
 use crate::error::{Error, Result};
 use crate::types::FencingToken;
 
@@ -56,35 +65,49 @@ pub const READ_NAME: &str = "read-";
 /// The name of semaphore lease nodes.
 pub const LEASE_NAME: &str = "lease-";
 
-/// One acquisition: its driver and its grant. Dropping it releases the node.
+/// One acquisition: its machine and its grant. Dropped with its last guard, which
+/// releases the node.
 #[derive(Debug)]
 struct Held {
-    driver: AsyncMutex<Driver>,
-    grant: StdMutex<Grant>,
-    current: tokio::sync::watch::Receiver<Option<Grant>>,
-    commands: tokio::sync::mpsc::UnboundedSender<super::driver::Command>,
+    running: Running<QueueMachine>,
+    /// Acquisitions not yet released: 1, plus one per re-entrant `write()`/`read()` of
+    /// the handle that shares this one. Clones of a guard are views and do not count.
+    holds: std::sync::atomic::AtomicUsize,
+    /// The grant at acquisition.
+    grant: Grant,
+    /// The current grant, or why there is none.
+    current: watch::Receiver<Current>,
 }
+
+/// The current grant, or the last revocation.
+type Current = (Option<Grant>, Option<Revoked>);
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let _ = self
-            .commands
-            .send(super::driver::Command::Release { rejoin: false });
+        // The driver deletes the node in the background.
+        self.running.command(QueueCommand::Release);
     }
 }
 
+/// Spawn a queue machine and wait for its first grant (or `timeout`).
 async fn acquire<O: RecipeOps>(
     ops: Arc<O>,
-    cfg: CandidacyConfig,
+    cfg: QueueConfig,
     timeout: Option<Duration>,
 ) -> Result<Option<Arc<Held>>> {
-    let mut driver = Driver::spawn(ops, cfg);
+    let (tx, current) = watch::channel((None, None));
+    let mut running = Running::spawn_with(ops, QueueMachine::new(cfg), move |e: &QueueEvent| {
+        match e {
+            QueueEvent::Granted(g) => tx.send_replace((Some(g.clone()), None)),
+            QueueEvent::Revoked(why) => tx.send_replace((None, Some(*why))),
+        };
+    });
     let wait = async {
         loop {
-            match driver.events.recv().await {
-                Some(RecipeEvent::Granted(grant)) => return Ok(grant),
-                Some(RecipeEvent::Revoked(_)) => continue,
-                Some(RecipeEvent::Ended) | None => return Err(Error::Closed),
+            match running.events.recv().await {
+                Some(QueueEvent::Granted(g)) => return Ok(g),
+                Some(QueueEvent::Revoked(_)) => continue,
+                None => return Err(Error::Closed),
             }
         }
     };
@@ -93,91 +116,112 @@ async fn acquire<O: RecipeOps>(
         Some(t) => match tokio::time::timeout(t, wait).await {
             Ok(g) => g?,
             Err(_) => {
-                driver.close().await;
+                // Not acquired in time: the queued node is deleted.
+                running.command(QueueCommand::Release);
+                running.close().await;
                 return Ok(None);
             }
         },
     };
-    let current = driver.current.clone();
-    let commands = driver.commands.clone();
     Ok(Some(Arc::new(Held {
-        driver: AsyncMutex::new(driver),
-        grant: StdMutex::new(grant),
+        running,
+        holds: std::sync::atomic::AtomicUsize::new(1),
+        grant,
         current,
-        commands,
     })))
 }
 
-/// A held read lock, write lock or lease. Cloning shares the acquisition; the node is
-/// deleted when the last clone is dropped (or on [`LockGuard::release`]).
+/// A held write lock, read lock or lease.
+///
+/// [`LockGuard::release`] gives one acquisition back; the node is deleted when the last
+/// acquisition sharing it (re-entrant calls on one handle share one node) is released,
+/// or when every guard and clone is dropped. Clones are views of the same acquisition
+/// (to watch it from another task): they do not hold it, and see it released.
 #[derive(Debug, Clone)]
 pub struct LockGuard {
     held: Arc<Held>,
 }
 
 impl LockGuard {
-    /// The grant at acquisition (or at the last re-proof after a suspension).
+    /// The current grant (after a suspension, the re-proven one, with a new token for
+    /// a fenced writer), or the grant at acquisition while not held.
     pub fn grant(&self) -> Grant {
-        self.held
-            .grant
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// The fencing token, when the lock is fenced.
-    pub fn token(&self) -> Option<FencingToken> {
         self.held
             .current
             .borrow()
-            .as_ref()
-            .and_then(|g| g.token)
-            .or(self.grant().token)
+            .0
+            .clone()
+            .unwrap_or_else(|| self.held.grant.clone())
     }
 
-    /// True while the lock is proven held (false while suspended; false for good after
-    /// `LOST`).
+    /// The fencing token of [`LockGuard::grant`], when the lock is fenced.
+    pub fn token(&self) -> Option<FencingToken> {
+        self.grant().token
+    }
+
+    /// True while the lock is proven held: false while suspended, false for good after
+    /// `LOST`.
     pub fn is_held(&self) -> bool {
-        self.held.current.borrow().is_some()
+        self.held.current.borrow().0.is_some()
     }
 
-    /// Resolves at the next revocation (suspension, loss). After [`Revoked::Lost`] the
-    /// lock will not come back.
+    /// Resolves when the lock is not held (at once if it is not held now), with why:
+    /// [`Revoked::Suspended`] while it may come back ([`LockGuard::regained`]),
+    /// [`Revoked::Lost`] once it will not.
     pub async fn lost(&self) -> Revoked {
-        let mut driver = self.held.driver.lock().await;
-        loop {
-            match driver.events.recv().await {
-                Some(RecipeEvent::Revoked(why)) => return why,
-                Some(RecipeEvent::Granted(g)) => {
-                    *self.held.grant.lock().unwrap_or_else(|e| e.into_inner()) = g;
-                }
-                Some(RecipeEvent::Ended) | None => return Revoked::Lost,
-            }
+        let mut current = self.held.current.clone();
+        let why = match current.wait_for(|(g, _)| g.is_none()).await {
+            Ok(state) => state.1.unwrap_or(Revoked::Lost),
+            Err(_) => Revoked::Lost,
+        };
+        // The machine has ended (the sender is gone): whatever the last revocation
+        // said, the lock is not coming back.
+        if current.has_changed().is_err() {
+            return Revoked::Lost;
         }
+        why
     }
 
-    /// Release this guard. The node is deleted (and this waits for it) when it was the
-    /// last guard of its acquisition.
+    /// Resolves once the lock is held again after a suspension; `Err` once it will not
+    /// be (lost with its session, its node deleted, released).
+    pub async fn regained(&self) -> Result<Grant> {
+        let mut current = self.held.current.clone();
+        let state = current
+            .wait_for(|(g, _)| g.is_some())
+            .await
+            .map_err(|_| Error::Closed)?;
+        state.0.clone().ok_or(Error::Closed)
+    }
+
+    /// Give this acquisition back; when it is the last one sharing the node, delete the
+    /// node and wait for that. Views (clones) of it see it released.
     pub async fn release(self) {
-        if Arc::strong_count(&self.held) == 1 {
-            let driver = self.held.driver.lock().await;
-            driver.release(false);
-            driver.close().await;
+        let before = self
+            .held
+            .holds
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .unwrap_or(0);
+        if before == 1 {
+            self.held.running.command(QueueCommand::Release);
+            self.held.running.close().await;
         }
     }
 }
 
-fn queue_cfg(path: &str, name: &str, rule: Rule, epoch: Option<String>, data: Bytes) -> CandidacyConfig {
-    let mut cfg = CandidacyConfig::new(path, name, rand_nonce());
-    cfg.mode = Mode::Lock;
-    cfg.rule = rule;
-    cfg.sort = SortKey::Sequence;
-    cfg.epoch_path = epoch;
+fn queue_cfg(
+    path: &str,
+    name: &str,
+    admission: Admission,
+    fence: Fence,
+    data: Bytes,
+) -> QueueConfig {
+    let mut cfg = QueueConfig::new(path, name, admission, rand_nonce());
+    cfg.fence = fence;
     cfg.data = data;
     cfg
 }
 
-/// An inter-process read-write lock on a path (see the module docs).
+/// An inter-process read-write lock (see the module docs).
 ///
 /// ```no_run
 /// # async fn demo<O: rzk_election_client::recipe::RecipeOps>(client: std::sync::Arc<O>) -> rzk_election_client::Result<()> {
@@ -203,7 +247,7 @@ pub struct ReadWriteLock<O: RecipeOps> {
 }
 
 impl<O: RecipeOps> ReadWriteLock<O> {
-    /// A read-write lock on `path` (created as a container if missing).
+    /// A read-write lock on `path` (created as a container when missing).
     pub fn new(ops: Arc<O>, path: impl Into<String>) -> ReadWriteLock<O> {
         ReadWriteLock {
             ops,
@@ -216,52 +260,69 @@ impl<O: RecipeOps> ReadWriteLock<O> {
         }
     }
 
-    /// Fence each write acquisition through this epoch znode (outside `path`).
+    /// Fence every write acquisition through this epoch znode (outside `path`); readers
+    /// get the epoch of the last writer.
     pub fn fenced(mut self, epoch_path: impl Into<String>) -> ReadWriteLock<O> {
         self.epoch_path = Some(epoch_path.into());
         self
     }
 
-    /// Data stored in this holder's nodes.
+    /// Data stored in this holder's nodes (an id, for operators).
     pub fn data(mut self, data: impl Into<Bytes>) -> ReadWriteLock<O> {
         self.data = data.into();
         self
     }
 
+    /// The handle's acquisition in `slot`, if it is still held (not released, not
+    /// lost): a re-entrant call shares it, counting one more hold.
+    fn reenter(slot: &StdMutex<Weak<Held>>) -> Option<Arc<Held>> {
+        let held = Self::live(slot)?;
+        held.holds
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n > 0).then_some(n + 1)
+            })
+            .ok()?;
+        Some(held)
+    }
+
     fn live(slot: &StdMutex<Weak<Held>>) -> Option<Arc<Held>> {
         let held = slot.lock().unwrap_or_else(|e| e.into_inner()).upgrade()?;
-        // A lost acquisition is not re-entered: it will not come back.
-        (!held.commands.is_closed()).then_some(held)
+        // A released acquisition, or one whose machine ended (lost), is not re-entered.
+        let open = held.holds.load(Ordering::SeqCst) > 0 && !held.running.commands.is_closed();
+        open.then_some(held)
     }
 
     /// Wait for the write lock.
     pub async fn write(&self) -> Result<LockGuard> {
-        self.write_within(None)
-            .await?
-            .ok_or(Error::Closed)
+        self.write_within(None).await?.ok_or(Error::Closed)
     }
 
-    /// Wait for the write lock at most `timeout`; `None` if not acquired.
+    /// Wait for the write lock at most `timeout`; `None` if not acquired (the queued node
+    /// is deleted).
     pub async fn try_write(&self, timeout: Duration) -> Result<Option<LockGuard>> {
         self.write_within(Some(timeout)).await
     }
 
     async fn write_within(&self, timeout: Option<Duration>) -> Result<Option<LockGuard>> {
         let _gate = self.gate.lock().await;
-        if let Some(held) = Self::live(&self.writing) {
+        if let Some(held) = Self::reenter(&self.writing) {
             return Ok(Some(LockGuard { held }));
         }
         if Self::live(&self.reading).is_some() {
             return Err(Error::Config(
-                "write() while this handle holds a read lock: an upgrade would wait for itself"
+                "write() while this handle holds a read lock: the upgrade would wait for itself"
                     .into(),
             ));
         }
+        let fence = match &self.epoch_path {
+            Some(p) => Fence::Bump(p.clone()),
+            None => Fence::None,
+        };
         let cfg = queue_cfg(
             &self.path,
             WRITE_NAME,
-            Rule::First,
-            self.epoch_path.clone(),
+            Admission::First,
+            fence,
             self.data.clone(),
         );
         let Some(held) = acquire(self.ops.clone(), cfg, timeout).await? else {
@@ -283,16 +344,20 @@ impl<O: RecipeOps> ReadWriteLock<O> {
 
     async fn read_within(&self, timeout: Option<Duration>) -> Result<Option<LockGuard>> {
         let _gate = self.gate.lock().await;
-        if let Some(held) = Self::live(&self.writing).or_else(|| Self::live(&self.reading)) {
+        if let Some(held) = Self::reenter(&self.writing).or_else(|| Self::reenter(&self.reading)) {
             return Ok(Some(LockGuard { held }));
         }
+        let fence = match &self.epoch_path {
+            Some(p) => Fence::Observe(p.clone()),
+            None => Fence::None,
+        };
         let cfg = queue_cfg(
             &self.path,
             READ_NAME,
-            Rule::NoneBefore {
+            Admission::NoneBefore {
                 blocker: WRITE_NAME.into(),
             },
-            None,
+            fence,
             self.data.clone(),
         );
         let Some(held) = acquire(self.ops.clone(), cfg, timeout).await? else {
@@ -303,8 +368,9 @@ impl<O: RecipeOps> ReadWriteLock<O> {
     }
 }
 
-/// A counting semaphore of `max_leases` (see the module docs). Every participant must
-/// use the same `max_leases` for a path. Leases die with their session.
+/// A counting semaphore: at most `max_leases` leases at any time, each an
+/// ephemeral-sequential node that dies with its session (see the module docs). Every
+/// participant must use the same `max_leases` for a path.
 ///
 /// ```no_run
 /// # async fn demo<O: rzk_election_client::recipe::RecipeOps>(client: std::sync::Arc<O>) -> rzk_election_client::Result<()> {
@@ -323,6 +389,18 @@ pub struct Semaphore<O: RecipeOps> {
     data: Bytes,
 }
 
+impl<O: RecipeOps> Clone for Semaphore<O> {
+    fn clone(&self) -> Semaphore<O> {
+        Semaphore {
+            ops: self.ops.clone(),
+            path: self.path.clone(),
+            max_leases: self.max_leases,
+            epoch_path: self.epoch_path.clone(),
+            data: self.data.clone(),
+        }
+    }
+}
+
 impl<O: RecipeOps> Semaphore<O> {
     /// A semaphore of `max_leases` (at least 1) on `path`.
     pub fn new(ops: Arc<O>, path: impl Into<String>, max_leases: u32) -> Semaphore<O> {
@@ -335,7 +413,7 @@ impl<O: RecipeOps> Semaphore<O> {
         }
     }
 
-    /// Fence each lease through this epoch znode.
+    /// Fence each lease through this epoch znode (each lease gets its own token).
     pub fn fenced(mut self, epoch_path: impl Into<String>) -> Semaphore<O> {
         self.epoch_path = Some(epoch_path.into());
         self
@@ -347,14 +425,16 @@ impl<O: RecipeOps> Semaphore<O> {
         self
     }
 
-    fn cfg(&self) -> CandidacyConfig {
+    fn cfg(&self) -> QueueConfig {
+        let fence = match &self.epoch_path {
+            Some(p) => Fence::Bump(p.clone()),
+            None => Fence::None,
+        };
         queue_cfg(
             &self.path,
             LEASE_NAME,
-            Rule::Within {
-                n: self.max_leases,
-            },
-            self.epoch_path.clone(),
+            Admission::Within { n: self.max_leases },
+            fence,
             self.data.clone(),
         )
     }

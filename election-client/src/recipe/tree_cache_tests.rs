@@ -459,6 +459,9 @@ fn a_failed_read_retries_the_load_with_backoff() {
 enum Poke {
     None,
     Suspend,
+    ReadOnly,
+    /// A second CONNECTED/RECONNECTED on the same session without a suspension.
+    Reconnected,
     Lose,
     LocalLose,
     StaleInputs,
@@ -466,9 +469,11 @@ enum Poke {
     StreamLost,
 }
 
-const POKES: [Poke; 7] = [
+const POKES: [Poke; 9] = [
     Poke::None,
     Poke::Suspend,
+    Poke::ReadOnly,
+    Poke::Reconnected,
     Poke::Lose,
     Poke::LocalLose,
     Poke::StaleInputs,
@@ -526,6 +531,20 @@ fn seeded_random_histories_with_a_disturbance_at_every_step_keep_the_cache_exact
                                     random_write(&t, &mut rng);
                                     t.h.reconnect_same();
                                 }
+                                Poke::ReadOnly => {
+                                    t.h.conn = None;
+                                    t.h.feed(Input::Conn(ConnectionState::ReadOnly {
+                                        session: t.h.session,
+                                    }));
+                                    t.h.drop_pending();
+                                    random_write(&t, &mut rng);
+                                    t.h.reconnect_same();
+                                }
+                                Poke::Reconnected => {
+                                    t.h.feed(Input::Conn(ConnectionState::Reconnected {
+                                        session: t.h.session,
+                                    }));
+                                }
                                 Poke::Lose | Poke::LocalLose => {
                                     t.h.drop_pending();
                                     t.h.conn = None;
@@ -560,6 +579,34 @@ fn seeded_random_histories_with_a_disturbance_at_every_step_keep_the_cache_exact
                 }
             }
         }
+    }
+}
+
+#[test]
+fn close_at_every_step_ends_at_once_and_reports_nothing_more() {
+    for k in 0..12 {
+        let mut t = T::new(CacheConfig::new(ROOT));
+        tree(&t);
+        t.h.start();
+        t.run(k);
+        t.h.feed(Input::Close);
+        assert!(t.h.ended, "k={k}: not ended");
+        let after = t.h.events.len();
+        t.set("/cfg/a", b"after close");
+        t.run(50);
+        t.h.feed(Input::Conn(ConnectionState::Suspended));
+        t.h.feed(Input::Conn(ConnectionState::Reconnected {
+            session: t.h.session,
+        }));
+        t.run(50);
+        assert_eq!(t.h.events.len(), after, "k={k}: events after close");
+        let out = t.h.m.step(
+            1_000_000,
+            Input::Conn(ConnectionState::Reconnected {
+                session: t.h.session,
+            }),
+        );
+        assert!(out.is_empty(), "k={k}: outputs after close: {out:?}");
     }
 }
 
@@ -660,4 +707,49 @@ async fn the_driver_keeps_a_cache_over_a_client_across_a_suspension() {
         vec!["a", "b"]
     );
     cache.close().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn node_and_children_views_follow_their_node_only() {
+    let server = FakeServer::default();
+    server.with(|t| {
+        t.put(ROOT, b"root").expect("root");
+        t.put("/cfg/a", b"a1").expect("a");
+        t.put("/cfg/a/deep", b"d").expect("deep");
+    });
+    let client = server.client();
+    client.publish(&[ConnectionState::Connected {
+        session: client.last_session(),
+    }]);
+    let mut node = NodeCache::start(client.clone(), "/cfg/a");
+    let mut kids = ChildrenCache::start(client.clone(), ROOT);
+    node.cache().wait_synced().await.expect("node synced");
+    kids.cache().wait_synced().await.expect("children synced");
+    assert_eq!(node.get().map(|n| n.data), Some(Bytes::from_static(b"a1")));
+    assert_eq!(
+        kids.children().keys().cloned().collect::<Vec<_>>(),
+        vec!["a"]
+    );
+    assert!(kids.cache().get("/cfg/a/deep").is_none(), "depth 1 only");
+    assert_eq!(node.cache().len(), 1, "depth 0 only");
+    server
+        .with(|t| t.set_data("/cfg/a", Bytes::from_static(b"a2"), -1))
+        .expect("set");
+    server.with(|t| t.put("/cfg/b", b"b1")).expect("b");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while node.get().map(|n| n.data) != Some(Bytes::from_static(b"a2"))
+        || kids.children().len() != 2
+    {
+        assert!(tokio::time::Instant::now() < deadline, "views not updated");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    server.with(|t| t.delete("/cfg/a/deep")).expect("deep");
+    server.with(|t| t.delete("/cfg/a")).expect("a");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while node.get().is_some() || kids.children().len() != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "deletion not seen");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    node.cache().close().await;
+    kids.cache().close().await;
 }

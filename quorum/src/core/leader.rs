@@ -137,6 +137,22 @@ impl Leader {
         )
     }
 
+    pub(crate) fn learner_stats(&self, voters: &BTreeSet<PeerId>) -> Vec<crate::LearnerStats> {
+        self.learners
+            .iter()
+            .map(|(id, h)| crate::LearnerStats {
+                id: *id,
+                voting: voters.contains(id),
+                synced: h.phase >= HPhase::NewLeaderAcked,
+                acked: h.acked,
+            })
+            .collect()
+    }
+
+    pub(crate) fn pending_syncs(&self) -> usize {
+        self.syncs.len()
+    }
+
     fn offer(&self) -> Epoch {
         self.established.unwrap_or(self.epoch)
     }
@@ -223,6 +239,7 @@ impl Peer {
                 self.leader_check_syncs();
             }
             SessionMsg::SyncRequest { id } => self.leader_on_sync_request(from, session, id),
+            SessionMsg::Forward { payload } => self.leader_on_forward(from, payload),
             SessionMsg::FollowerInfo { .. }
             | SessionMsg::LeaderInfo { .. }
             | SessionMsg::Diff { .. }
@@ -799,6 +816,23 @@ impl Peer {
             ping,
         });
         self.leader_check_syncs();
+    }
+
+    /// A learner's forwarded message reaches the state machine only once the
+    /// leader is established and the learner is up to date: it was sent after the
+    /// learner's UPTODATE, so anything else is a protocol error.
+    fn leader_on_forward(&mut self, from: PeerId, payload: bytes::Bytes) {
+        let ok = self.ld_ref().phase == Phase::Broadcast
+            && self
+                .ld_ref()
+                .learners
+                .get(&from)
+                .is_some_and(|h| h.phase == HPhase::UpToDate);
+        if !ok {
+            self.drop_learner(from, RejectReason::Protocol);
+            return;
+        }
+        self.out.push(Output::Forwarded { from, payload });
     }
 
     fn leader_on_sync_request(&mut self, from: PeerId, session: SessionId, id: u64) {

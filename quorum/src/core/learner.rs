@@ -86,6 +86,10 @@ impl Learner {
         self.phase == Phase::UpToDate
     }
 
+    pub(crate) fn pending_syncs(&self) -> usize {
+        self.syncs_sent.len() + self.syncs_waiting.len()
+    }
+
     pub(crate) fn describe(&self) -> String {
         format!(
             "following({:?}, {:?}, epoch {}, mode {:?}, buffered {})",
@@ -118,6 +122,11 @@ impl Peer {
         let (to, session, seq) = (f.leader, f.session, f.seq_out);
         f.seq_out += 1;
         self.send(to, Message::Session { session, seq, msg });
+    }
+
+    pub(super) fn learner_forward(&mut self, payload: bytes::Bytes) {
+        debug_assert!(self.fl_ref().is_up_to_date());
+        self.send_leader(SessionMsg::Forward { payload });
     }
 
     pub(super) fn learner_start(&mut self) {
@@ -198,7 +207,8 @@ impl Peer {
             | SessionMsg::Ack { .. }
             | SessionMsg::Inform { .. }
             | SessionMsg::Pong { .. }
-            | SessionMsg::SyncRequest { .. } => self.learner_protocol_error(),
+            | SessionMsg::SyncRequest { .. }
+            | SessionMsg::Forward { .. } => self.learner_protocol_error(),
         }
     }
 

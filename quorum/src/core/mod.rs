@@ -228,6 +228,10 @@ pub enum Input {
         /// The highest completed command.
         op: OpId,
     },
+    /// A message for the leader's state machine ([`crate::Replicator::forward`]).
+    /// A learner sends it on its session once it is up to date; the leader hands
+    /// its own straight back as [`Output::Forwarded`]; any other peer drops it.
+    Forward(Bytes),
     /// The state machine's snapshot at `zxid` is durable in storage.
     SnapshotSaved {
         /// The snapshot's last transaction.
@@ -291,6 +295,14 @@ pub enum Output {
         id: u64,
         /// Why.
         error: ReplicateError,
+    },
+    /// Leader only: a message a member (or this peer) forwarded, for the state
+    /// machine, in that member's order.
+    Forwarded {
+        /// The member that sent it.
+        from: PeerId,
+        /// The message.
+        payload: Bytes,
     },
     /// The peer's role changed. A change to `Looking` fails every outstanding
     /// proposal (it may still commit under a new leader).
@@ -396,6 +408,8 @@ pub struct Peer {
     /// Learner synchronisations started, by mode: DIFF, TRUNC, SNAP.
     sync_counts: [u64; 3],
     next_session: u64,
+    /// Elections started since this peer began.
+    elections: u64,
     state: State,
 }
 
@@ -456,6 +470,7 @@ impl Peer {
             round: 0,
             sync_counts: [0; 3],
             next_session: 1,
+            elections: 0,
             state: State::Looking(Election::placeholder()),
             snapshot: snapshot.clone(),
             cfg,
@@ -491,6 +506,7 @@ impl Peer {
             Input::Propose(proposals) => self.on_propose(proposals),
             Input::Sync { id } => self.on_sync(id),
             Input::StorageDone { op } => self.on_storage_done(op),
+            Input::Forward(payload) => self.on_forward(payload),
             Input::SnapshotSaved { zxid, data } => self.on_snapshot_saved(zxid, data),
         }
         std::mem::take(&mut self.out)
@@ -543,6 +559,33 @@ impl Peer {
     /// TRUNC, SNAP.
     pub fn sync_counts(&self) -> [u64; 3] {
         self.sync_counts
+    }
+
+    /// Elections this peer has started (each time it went looking).
+    pub fn elections(&self) -> u64 {
+        self.elections
+    }
+
+    /// On the leader, every learner session: (id, voting, synced, acked).
+    pub fn learner_stats(&self) -> Vec<crate::LearnerStats> {
+        match &self.state {
+            State::Leading(l) => l.learner_stats(&self.cfg.voters),
+            State::Looking(_) | State::Following(_) => Vec::new(),
+        }
+    }
+
+    /// Sync barriers waiting on this peer (on the leader, those of its learners too).
+    pub fn pending_syncs(&self) -> usize {
+        match &self.state {
+            State::Leading(l) => l.pending_syncs(),
+            State::Following(f) => f.pending_syncs(),
+            State::Looking(_) => 0,
+        }
+    }
+
+    /// The number of voting members.
+    pub fn voter_count(&self) -> usize {
+        self.cfg.voters.len()
     }
 
     /// A one-line description of the peer's state, for traces.
@@ -901,6 +944,19 @@ impl Peer {
         }
     }
 
+    fn on_forward(&mut self, payload: Bytes) {
+        match &self.state {
+            State::Leading(l) if l.is_established() => {
+                let from = self.cfg.id;
+                self.out.push(Output::Forwarded { from, payload });
+            }
+            State::Following(f) if f.is_up_to_date() => self.learner_forward(payload),
+            // Lost, as documented: the server closes its clients when it leaves
+            // its leader, so nothing waits for this message.
+            State::Leading(_) | State::Following(_) | State::Looking(_) => {}
+        }
+    }
+
     fn on_sync(&mut self, id: u64) {
         match &self.state {
             State::Leading(l) if l.is_established() => self.leader_local_sync(id),
@@ -933,6 +989,7 @@ impl Peer {
             leader: None,
             epoch: self.durable.epochs.current,
         });
+        self.elections += 1;
         self.start_election();
     }
 }

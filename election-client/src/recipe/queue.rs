@@ -1,0 +1,1140 @@
+//! The queue machine behind [`ReadWriteLock`](super::ReadWriteLock) and
+//! [`Semaphore`](super::Semaphore): one protected ephemeral-sequential node under a lock
+//! path, admitted by an [`Admission`] rule over the nodes queued before it.
+//!
+//! Nodes are ordered by their sequence number, and a new node always queues behind every
+//! existing one. Each rule only looks at the nodes *before* a node, so a node that is
+//! admitted stays admitted while it exists, whatever the interleaving:
+//! - [`Admission::First`] (a writer): no node of any kind before it; it watches its
+//!   immediate predecessor (one waiter woken per departure).
+//! - [`Admission::NoneBefore`] (a reader): no node named `blocker` (a writer) before it;
+//!   it watches the nearest such node.
+//! - [`Admission::Within`] (a lease of a semaphore of `n`): fewer than `n` nodes before
+//!   it; it watches the lock path's children (any departure before it may admit it).
+//!
+//! # The lifecycle (DESIGN.md I5, docs/curator-recipes.md §7)
+//! - A grant needs proof on the current session: admitted in a listing **and** a read of
+//!   the node showing `ephemeralOwner == current session` (CURATOR-696). Then, with
+//!   [`Fence::Bump`], the epoch znode is incremented by a multi that also checks the node
+//!   exists (a [`FencingToken`] no other grant shares); with [`Fence::Observe`] the epoch
+//!   is read (the token of the last fenced writer before this grant).
+//! - `SUSPENDED` / `READ_ONLY`: revoked at once ([`Revoked::Suspended`]); the node is kept.
+//!   `RECONNECTED` on the same session: the same node is re-proven (and re-fenced).
+//! - `LOST` while granted (or after a grant): revoked ([`Revoked::Lost`]) and the machine
+//!   ends: the holder acquires again. `LOST` while waiting: the old node is retired
+//!   (deleted once connected) and a fresh one queued on the next session.
+//! - `NONODE` on a create, a listing or the epoch is retried (parents recreated as
+//!   containers), never ignored (CURATOR-724); every failure is retried with backoff;
+//!   while started and connected something is always pending.
+//! - Release and close delete the node; a create answered after that is deleted too
+//!   (CURATOR-18), a create whose answer was lost is found by its protected prefix.
+//!
+//! [`FencingToken`]: crate::FencingToken
+
+use bytes::Bytes;
+use rzk_wire::CreateMode;
+use rzk_zxid::Zxid;
+
+use super::candidacy::{join_path, name_of, parse_epoch, Grant, OpId, Revoked};
+use super::engine::{Backoff, Call, Ids, Input, Machine, Output, Reply};
+use crate::client::{Op as MultiOp, OpResult as MultiResult};
+use crate::error::Error;
+use crate::state::ConnectionState;
+use crate::types::{FencingToken, SessionId, Stat};
+
+/// When a queued node is admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// No node before it (an exclusive holder: a writer, a mutex).
+    First,
+    /// No node whose name contains `blocker` before it (a reader, blocked by writers).
+    NoneBefore {
+        /// The name of the nodes that block (`write-`).
+        blocker: String,
+    },
+    /// Fewer than `n` nodes before it (a lease of a semaphore of `n`).
+    Within {
+        /// The number of leases.
+        n: u32,
+    },
+}
+
+/// How a grant is fenced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fence {
+    /// No token.
+    None,
+    /// Increment this epoch znode (a multi that checks the node exists): a token no
+    /// other grant shares.
+    Bump(String),
+    /// Read this epoch znode: the token of the last fenced grant before this one (a
+    /// reader under writers that [`Fence::Bump`] the same znode).
+    Observe(String),
+}
+
+/// Settings of a [`QueueMachine`].
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    /// The lock path (created as a container if missing).
+    pub path: String,
+    /// The node name before the sequence number (`write-`, `read-`, `lease-`).
+    pub name: String,
+    /// The admission rule.
+    pub admission: Admission,
+    /// The node's data.
+    pub data: Bytes,
+    /// Fencing.
+    pub fence: Fence,
+    /// First retry delay, ms.
+    pub backoff_min_ms: u64,
+    /// Largest retry delay, ms.
+    pub backoff_max_ms: u64,
+    /// Re-check the position this long after each evaluation (repairs a lost watch).
+    pub recheck_ms: u64,
+    /// Makes the protected prefix unique and seeds the jitter.
+    pub nonce: u64,
+}
+
+impl QueueConfig {
+    /// A queue node `name` under `path`, admitted by `admission`, unfenced.
+    pub fn new(
+        path: impl Into<String>,
+        name: impl Into<String>,
+        admission: Admission,
+        nonce: u64,
+    ) -> QueueConfig {
+        QueueConfig {
+            path: path.into(),
+            name: name.into(),
+            admission,
+            data: Bytes::new(),
+            fence: Fence::None,
+            backoff_min_ms: 20,
+            backoff_max_ms: 2_000,
+            recheck_ms: 10_000,
+            nonce,
+        }
+    }
+}
+
+/// What a [`QueueMachine`] reports, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueEvent {
+    /// Admitted and proven on the current session (and fenced, if configured).
+    Granted(Grant),
+    /// The grant reported before is gone. Exactly one per `Granted`.
+    Revoked(Revoked),
+}
+
+/// Commands to a [`QueueMachine`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueCommand {
+    /// Give the grant back (or stop waiting): delete the node and end.
+    Release,
+}
+
+/// One queue position: one node, one session.
+#[derive(Debug, Clone)]
+struct Part {
+    session: SessionId,
+    /// `_c_<nonce>-<attempt>-`: finds the node after a lost create reply.
+    prefix: String,
+    /// The child name once known.
+    node: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    Create,
+    List,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// Not started, or waiting for a connection.
+    Idle,
+    Creating {
+        op: OpId,
+    },
+    Listing {
+        op: OpId,
+    },
+    /// Reading our node to prove it is owned by the current session.
+    Verifying {
+        op: OpId,
+    },
+    /// Not admitted; `watch` is the call that arms the watch (a predecessor's getData,
+    /// or the children of the lock path), `timer` the self-check once armed.
+    Waiting {
+        watch: OpId,
+        timer: Option<OpId>,
+    },
+    ReadingEpoch {
+        op: OpId,
+    },
+    CreatingEpoch {
+        op: OpId,
+    },
+    Bumping {
+        op: OpId,
+        value: u64,
+    },
+    /// Granted; watching our own node.
+    Holding {
+        watch: OpId,
+        timer: Option<OpId>,
+    },
+    Backoff {
+        timer: OpId,
+        then: Then,
+    },
+    /// Released or closed: removing the node before ending.
+    Closing,
+    Ended,
+}
+
+/// Prefixes of retired positions whose node name was never learned; older ones are
+/// forgotten (their nodes die with their session anyway).
+const STALE_PREFIXES_MAX: usize = 16;
+
+/// Cleanup after release or close.
+#[derive(Debug, Default)]
+struct Cleanup {
+    /// The session whose nodes are ours; once it is gone they died with it.
+    session: Option<SessionId>,
+    /// The released position's protected prefix.
+    prefix: Option<String>,
+    delete: Vec<String>,
+    /// List the lock path for `prefix` (a create whose answer was lost may have landed).
+    find: bool,
+    /// The create in flight at release; its answer says what to delete.
+    create: Option<OpId>,
+    inflight: Vec<(OpId, CleanupCall)>,
+    /// A retry timer after a failed call.
+    retry: Option<OpId>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CleanupCall {
+    Delete(String),
+    Find,
+}
+
+/// The queue state machine (see the module docs). Public so its transitions can be
+/// tested and driven without a server.
+#[derive(Debug)]
+pub struct QueueMachine {
+    cfg: QueueConfig,
+    ids: Ids,
+    backoff: Backoff,
+    started: bool,
+    /// The session while connected read-write.
+    conn: Option<SessionId>,
+    part: Option<Part>,
+    step: Step,
+    granted: Option<Grant>,
+    /// This position has been granted once (a later loss ends the machine).
+    was_granted: bool,
+    attempt: u64,
+    stale_nodes: Vec<String>,
+    stale_prefixes: Vec<String>,
+    cleanup: Option<Cleanup>,
+}
+
+impl QueueMachine {
+    /// A machine for `cfg`, not started.
+    pub fn new(cfg: QueueConfig) -> QueueMachine {
+        let backoff = Backoff::new(cfg.backoff_min_ms, cfg.backoff_max_ms, cfg.nonce);
+        QueueMachine {
+            cfg,
+            ids: Ids::default(),
+            backoff,
+            started: false,
+            conn: None,
+            part: None,
+            step: Step::Idle,
+            granted: None,
+            was_granted: false,
+            attempt: 0,
+            stale_nodes: Vec::new(),
+            stale_prefixes: Vec::new(),
+            cleanup: None,
+        }
+    }
+
+    /// The grant currently held.
+    pub fn granted(&self) -> Option<&Grant> {
+        self.granted.as_ref()
+    }
+
+    /// True once ended.
+    pub fn is_ended(&self) -> bool {
+        self.step == Step::Ended
+    }
+
+    /// The full path of the current node, if known.
+    pub fn node_path(&self) -> Option<String> {
+        let part = self.part.as_ref()?;
+        part.node.as_ref().map(|n| join_path(&self.cfg.path, n))
+    }
+
+    /// The "never idle" check: false would mean started, connected and stuck.
+    pub fn is_progressing(&self) -> bool {
+        match self.step {
+            Step::Idle => !self.started || self.conn.is_none(),
+            Step::Creating { .. }
+            | Step::Listing { .. }
+            | Step::Verifying { .. }
+            | Step::Waiting { .. }
+            | Step::ReadingEpoch { .. }
+            | Step::CreatingEpoch { .. }
+            | Step::Bumping { .. }
+            | Step::Holding { .. }
+            | Step::Backoff { .. }
+            | Step::Closing
+            | Step::Ended => true,
+        }
+    }
+
+    // ----- inputs --------------------------------------------------------------------
+
+    fn on_conn(&mut self, state: ConnectionState, out: &mut Vec<Output<QueueEvent>>) {
+        match state {
+            ConnectionState::Connected { session } | ConnectionState::Reconnected { session } => {
+                self.conn = Some(session);
+                // A position from another session never carries over (I5); LOST always
+                // comes first, this covers a missed one.
+                if self.part.as_ref().is_some_and(|p| p.session != session) {
+                    self.lost(out);
+                    if self.step == Step::Ended {
+                        return;
+                    }
+                }
+                self.flush_stale(out);
+                if !self.started {
+                    return;
+                }
+                match self.part {
+                    // Same session: the same node, re-proven (CURATOR-645: no reset).
+                    Some(_) => self.list(out),
+                    None => self.join(out),
+                }
+            }
+            ConnectionState::Suspended | ConnectionState::ReadOnly { .. } => {
+                // Stop acting at once; a read-only server cannot fence.
+                self.conn = None;
+                self.revoke(Revoked::Suspended, out);
+                self.step = Step::Idle;
+            }
+            ConnectionState::Lost => {
+                self.conn = None;
+                self.lost(out);
+                if self.step != Step::Ended {
+                    self.step = Step::Idle;
+                }
+            }
+        }
+    }
+
+    /// The session of the current position is gone.
+    fn lost(&mut self, out: &mut Vec<Output<QueueEvent>>) {
+        let had = self.revoke(Revoked::Lost, out) || self.was_granted;
+        self.retire();
+        if had && self.started {
+            // A lock lost with its session is gone for good: the holder acquires again.
+            self.end(out);
+        }
+    }
+
+    fn on_done(&mut self, now_ms: u64, id: OpId, reply: Reply, out: &mut Vec<Output<QueueEvent>>) {
+        if !self.is_pending(id) {
+            self.on_stale(reply, out);
+            return;
+        }
+        match (self.step, reply) {
+            (Step::Creating { .. }, Reply::Created(r)) => self.on_created(now_ms, r, out),
+            (Step::Listing { .. }, Reply::Children(r)) => self.on_children(now_ms, r, out),
+            (Step::Waiting { .. }, Reply::Children(r)) => self.on_children(now_ms, r, out),
+            (Step::Waiting { .. }, Reply::Data(r)) => match r {
+                Ok(_) => self.arm(now_ms, out),
+                // The predecessor is already gone: re-list (CURATOR-645: no reset).
+                Err(Error::NoNode { .. }) => self.list(out),
+                Err(_) => self.backoff(now_ms, Then::List, out),
+            },
+            (Step::Verifying { .. }, Reply::Data(r)) => self.on_verified(now_ms, r, out),
+            (Step::Holding { .. }, Reply::Data(r)) => match r {
+                Ok(_) => self.arm(now_ms, out),
+                // Our node vanished while held: the grant is gone.
+                Err(Error::NoNode { .. }) => {
+                    self.revoke(Revoked::NotProven, out);
+                    self.node_gone(out);
+                }
+                Err(_) => self.backoff(now_ms, Then::List, out),
+            },
+            (Step::ReadingEpoch { .. }, Reply::Data(r)) => self.on_epoch(now_ms, r, out),
+            (Step::CreatingEpoch { .. }, Reply::Created(r)) => match r {
+                Ok(_) | Err(Error::NodeExists { .. }) => self.read_epoch(out),
+                Err(_) => self.backoff(now_ms, Then::List, out),
+            },
+            (Step::Bumping { value, .. }, Reply::Multi(r)) => self.on_bumped(now_ms, value, r, out),
+            // A reply of the wrong shape cannot happen; start the evaluation over.
+            (_, _) => self.backoff(now_ms, Then::List, out),
+        }
+    }
+
+    fn on_fired(&mut self, id: OpId, out: &mut Vec<Output<QueueEvent>>) {
+        match self.step {
+            Step::Waiting { watch, .. } | Step::Holding { watch, .. } if watch == id => {
+                self.list(out)
+            }
+            _ => {}
+        }
+    }
+
+    fn on_timer(&mut self, id: OpId, out: &mut Vec<Output<QueueEvent>>) {
+        match self.step {
+            Step::Backoff { timer, then } if timer == id => match then {
+                Then::Create => self.create(out),
+                Then::List => self.list(out),
+            },
+            // The self-check: re-list even without an event.
+            Step::Waiting {
+                watch,
+                timer: Some(timer),
+            }
+            | Step::Holding {
+                watch,
+                timer: Some(timer),
+            } if timer == id => {
+                out.push(Output::Unwatch { id: watch });
+                self.list(out);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_stale(&mut self, reply: Reply, out: &mut Vec<Output<QueueEvent>>) {
+        // A create that succeeded after its attempt was given up leaves a node nobody
+        // owns: delete it (CURATOR-18, CURATOR-498). One of the current position is
+        // adopted by the next listing through its prefix.
+        let Reply::Created(Ok((path, _))) = reply else {
+            return;
+        };
+        let current = self
+            .part
+            .as_ref()
+            .is_some_and(|p| Some(p.session) == self.conn && name_of(&path).starts_with(&p.prefix));
+        if !current {
+            self.ids.call(Call::Delete { path, version: -1 }, out);
+        }
+    }
+
+    fn on_created(
+        &mut self,
+        now_ms: u64,
+        r: crate::Result<(String, Stat)>,
+        out: &mut Vec<Output<QueueEvent>>,
+    ) {
+        match r {
+            Ok((path, _)) => {
+                if let Some(part) = self.part.as_mut() {
+                    part.node = Some(name_of(&path).to_owned());
+                }
+                self.list(out);
+            }
+            // The reply was lost: the node may exist; the listing finds it by prefix.
+            Err(e) if e.is_connection_loss() => self.backoff(now_ms, Then::List, out),
+            // NONODE: the parent vanished between its creation and ours (container GC).
+            Err(_) => self.backoff(now_ms, Then::Create, out),
+        }
+    }
+
+    fn on_children(
+        &mut self,
+        now_ms: u64,
+        r: crate::Result<Vec<String>>,
+        out: &mut Vec<Output<QueueEvent>>,
+    ) {
+        let children = match r {
+            Ok(c) => c,
+            // The lock path is gone, and our node with it (CURATOR-724).
+            Err(Error::NoNode { .. }) => {
+                self.revoke(Revoked::NotProven, out);
+                self.node_gone(out);
+                return;
+            }
+            Err(_) => {
+                self.backoff(now_ms, Then::List, out);
+                return;
+            }
+        };
+        self.cleanup_stale_prefixes(&children, out);
+        let Some(part) = self.part.as_mut() else {
+            return;
+        };
+        if part.node.is_none() {
+            part.node = children
+                .iter()
+                .find(|c| c.starts_with(&part.prefix))
+                .cloned();
+        }
+        let Some(me) = part.node.clone() else {
+            // Our create never happened: create now, same attempt.
+            self.create(out);
+            return;
+        };
+        let queue = sorted(&children);
+        let Some(pos) = queue.iter().position(|c| *c == me) else {
+            // Our node is gone (deleted, or its session ended).
+            self.revoke(Revoked::NotProven, out);
+            self.node_gone(out);
+            return;
+        };
+        let before = &queue[..pos];
+        let blocker: Option<&str> = match &self.cfg.admission {
+            Admission::First => before.last().map(|s| s.as_str()),
+            Admission::NoneBefore { blocker } => before
+                .iter()
+                .rev()
+                .find(|c| c.contains(blocker.as_str()) || !is_known_name(c))
+                .map(|s| s.as_str()),
+            Admission::Within { n } => {
+                if before.len() < *n as usize {
+                    None
+                } else {
+                    Some("")
+                }
+            }
+        };
+        let Some(blocker) = blocker else {
+            if let Step::Waiting { watch, .. } = self.step {
+                out.push(Output::Unwatch { id: watch });
+            }
+            let path = join_path(&self.cfg.path, &me);
+            let op = self.ids.call(Call::GetData { path, watch: false }, out);
+            self.step = Step::Verifying { op };
+            return;
+        };
+        // Not admitted: any grant is not proven any more (CURATOR-653).
+        self.revoke(Revoked::NotProven, out);
+        if self.was_granted {
+            // Cannot happen (nodes only queue behind us); if it does, the lock is not ours.
+            self.node_gone(out);
+            return;
+        }
+        if let Step::Waiting { timer: None, .. } = self.step {
+            // This listing was the one that armed the children watch: keep it.
+            self.arm(now_ms, out);
+            return;
+        }
+        let call = match self.cfg.admission {
+            Admission::Within { .. } => Call::Children {
+                path: self.cfg.path.clone(),
+                watch: true,
+            },
+            Admission::First | Admission::NoneBefore { .. } => Call::GetData {
+                path: join_path(&self.cfg.path, blocker),
+                watch: true,
+            },
+        };
+        let watch = self.ids.call(call, out);
+        self.step = Step::Waiting { watch, timer: None };
+    }
+
+    fn on_verified(
+        &mut self,
+        now_ms: u64,
+        r: crate::Result<(Bytes, Stat)>,
+        out: &mut Vec<Output<QueueEvent>>,
+    ) {
+        let stat = match r {
+            Ok((_, stat)) => stat,
+            Err(Error::NoNode { .. }) => {
+                self.revoke(Revoked::NotProven, out);
+                self.node_gone(out);
+                return;
+            }
+            Err(_) => {
+                self.backoff(now_ms, Then::List, out);
+                return;
+            }
+        };
+        let (Some(session), Some(part)) = (self.conn, self.part.as_ref()) else {
+            return;
+        };
+        // CURATOR-696: the position proves nothing about the session.
+        if stat.ephemeral_owner != session || part.session != session {
+            self.revoke(Revoked::NotProven, out);
+            self.retire();
+            self.join(out);
+            return;
+        }
+        if self.granted.is_some() {
+            // Still proven (a watch event or self-check): keep the grant and its token.
+            self.hold(out);
+            return;
+        }
+        match self.cfg.fence {
+            Fence::None => self.grant(None, out),
+            Fence::Bump(_) | Fence::Observe(_) => self.read_epoch(out),
+        }
+    }
+
+    fn on_epoch(
+        &mut self,
+        now_ms: u64,
+        r: crate::Result<(Bytes, Stat)>,
+        out: &mut Vec<Output<QueueEvent>>,
+    ) {
+        let (data, stat) = match r {
+            Ok(v) => v,
+            Err(Error::NoNode { .. }) => match self.cfg.fence.clone() {
+                // No writer was ever fenced: epoch 0.
+                Fence::Observe(_) => {
+                    self.grant(
+                        Some(FencingToken {
+                            epoch: 0,
+                            zxid: Zxid::from_u64(0),
+                        }),
+                        out,
+                    );
+                    return;
+                }
+                Fence::Bump(path) => {
+                    let op = self.ids.call(
+                        Call::Create {
+                            path,
+                            data: Bytes::from_static(b"0"),
+                            mode: CreateMode::Persistent,
+                            ttl_ms: None,
+                            parents: Some(CreateMode::Persistent),
+                        },
+                        out,
+                    );
+                    self.step = Step::CreatingEpoch { op };
+                    return;
+                }
+                Fence::None => return,
+            },
+            Err(_) => {
+                self.backoff(now_ms, Then::List, out);
+                return;
+            }
+        };
+        let Some(current) = parse_epoch(&data) else {
+            // Not ours to repair: keep retrying (visible in the log), never overwrite.
+            tracing::warn!(fence = ?self.cfg.fence, "the epoch znode does not hold a number");
+            self.backoff(now_ms, Then::List, out);
+            return;
+        };
+        match self.cfg.fence.clone() {
+            Fence::Observe(_) => self.grant(
+                Some(FencingToken {
+                    epoch: current,
+                    zxid: stat.mzxid,
+                }),
+                out,
+            ),
+            Fence::Bump(epoch_path) => {
+                let Some(node) = self.node_path() else {
+                    self.node_gone(out);
+                    return;
+                };
+                let value = current.saturating_add(1);
+                let op = self.ids.call(
+                    Call::Multi {
+                        ops: vec![
+                            MultiOp::Check {
+                                path: node,
+                                version: -1,
+                            },
+                            MultiOp::SetData {
+                                path: epoch_path,
+                                data: Bytes::from(value.to_string()),
+                                version: stat.version,
+                            },
+                        ],
+                    },
+                    out,
+                );
+                self.step = Step::Bumping { op, value };
+            }
+            Fence::None => {}
+        }
+    }
+
+    fn on_bumped(
+        &mut self,
+        now_ms: u64,
+        value: u64,
+        r: crate::Result<Vec<MultiResult>>,
+        out: &mut Vec<Output<QueueEvent>>,
+    ) {
+        match r {
+            Ok(results) => match results.get(1) {
+                Some(MultiResult::SetData(stat)) => self.grant(
+                    Some(FencingToken {
+                        epoch: value,
+                        zxid: stat.mzxid,
+                    }),
+                    out,
+                ),
+                _ => self.backoff(now_ms, Then::List, out),
+            },
+            Err(Error::MultiFailed { index: 0, source })
+                if matches!(*source, Error::NoNode { .. }) =>
+            {
+                self.revoke(Revoked::NotProven, out);
+                self.node_gone(out);
+            }
+            Err(Error::MultiFailed { index: 1, source })
+                if matches!(*source, Error::NoNode { .. }) =>
+            {
+                let path = match &self.cfg.fence {
+                    Fence::Bump(p) => p.clone(),
+                    Fence::None | Fence::Observe(_) => return,
+                };
+                let op = self.ids.call(
+                    Call::Create {
+                        path,
+                        data: Bytes::from_static(b"0"),
+                        mode: CreateMode::Persistent,
+                        ttl_ms: None,
+                        parents: Some(CreateMode::Persistent),
+                    },
+                    out,
+                );
+                self.step = Step::CreatingEpoch { op };
+            }
+            // Moved (another holder of the same epoch znode fenced in between), or
+            // anything else: evaluate again after a pause.
+            Err(_) => self.backoff(now_ms, Then::List, out),
+        }
+    }
+
+    // ----- actions -------------------------------------------------------------------
+
+    /// A new position on the current session.
+    fn join(&mut self, out: &mut Vec<Output<QueueEvent>>) {
+        let Some(session) = self.conn else {
+            self.step = Step::Idle;
+            return;
+        };
+        self.attempt += 1;
+        self.part = Some(Part {
+            session,
+            prefix: format!("_c_{:016x}-{:x}-", self.cfg.nonce, self.attempt),
+            node: None,
+        });
+        self.create(out);
+    }
+
+    /// Our node is gone while the session lives.
+    fn node_gone(&mut self, out: &mut Vec<Output<QueueEvent>>) {
+        self.part = None;
+        if self.was_granted {
+            self.end(out);
+            return;
+        }
+        self.join(out);
+    }
+
+    fn create(&mut self, out: &mut Vec<Output<QueueEvent>>) {
+        let Some(part) = self.part.as_ref() else {
+            self.join(out);
+            return;
+        };
+        let path = join_path(&self.cfg.path, &format!("{}{}", part.prefix, self.cfg.name));
+        let op = self.ids.call(
+            Call::Create {
+                path,
+                data: self.cfg.data.clone(),
+                mode: CreateMode::EphemeralSequential,
+                ttl_ms: None,
+                parents: Some(CreateMode::Container),
+            },
+            out,
+        );
+        self.step = Step::Creating { op };
+    }
+
+    fn list(&mut self, out: &mut Vec<Output<QueueEvent>>) {
+        if self.part.is_none() {
+            self.join(out);
+            return;
+        }
+        // A lease may be admitted by any departure before it: its listing also arms the
+        // children watch it waits on (dropped again if it is admitted).
+        let watch = matches!(self.cfg.admission, Admission::Within { .. });
+        let op = self.ids.call(
+            Call::Children {
+                path: self.cfg.path.clone(),
+                watch,
+            },
+            out,
+        );
+        self.step = if watch {
+            Step::Waiting {
+                watch: op,
+                timer: None,
+            }
+        } else {
+            Step::Listing { op }
+        };
+    }
+
+    fn read_epoch(&mut self, out: &mut Vec<Output<QueueEvent>>) {
+        let path = match &self.cfg.fence {
+            Fence::Bump(p) | Fence::Observe(p) => p.clone(),
+            Fence::None => return,
+        };
+        let op = self.ids.call(Call::GetData { path, watch: false }, out);
+        self.step = Step::ReadingEpoch { op };
+    }
+
+    /// The watch of `Waiting`/`Holding` is armed: start the self-check timer.
+    fn arm(&mut self, now_ms: u64, out: &mut Vec<Output<QueueEvent>>) {
+        self.backoff.reset();
+        let t = self.ids.timer(now_ms + self.cfg.recheck_ms.max(1), out);
+        match &mut self.step {
+            Step::Waiting { timer, .. } | Step::Holding { timer, .. } => *timer = Some(t),
+            _ => {}
+        }
+    }
+
+    fn hold(&mut self, out: &mut Vec<Output<QueueEvent>>) {
+        let Some(path) = self.node_path() else {
+            return;
+        };
+        let watch = self.ids.call(Call::GetData { path, watch: true }, out);
+        self.step = Step::Holding { watch, timer: None };
+    }
+
+    fn grant(&mut self, token: Option<FencingToken>, out: &mut Vec<Output<QueueEvent>>) {
+        let (Some(session), Some(node)) = (self.conn, self.node_path()) else {
+            return;
+        };
+        self.was_granted = true;
+        let grant = Grant {
+            node,
+            session,
+            token,
+        };
+        self.granted = Some(grant.clone());
+        out.push(Output::Emit(QueueEvent::Granted(grant)));
+        self.hold(out);
+    }
+
+    fn revoke(&mut self, why: Revoked, out: &mut Vec<Output<QueueEvent>>) -> bool {
+        if self.granted.take().is_some() {
+            out.push(Output::Emit(QueueEvent::Revoked(why)));
+            return true;
+        }
+        false
+    }
+
+    fn backoff(&mut self, now_ms: u64, then: Then, out: &mut Vec<Output<QueueEvent>>) {
+        let delay = self.backoff.next_delay_ms();
+        let timer = self.ids.timer(now_ms + delay, out);
+        self.step = Step::Backoff { timer, then };
+    }
+
+    /// Retire the position of a dead session: its node is deleted once connected.
+    fn retire(&mut self) {
+        let Some(part) = self.part.take() else {
+            return;
+        };
+        match part.node {
+            Some(node) => self.stale_nodes.push(join_path(&self.cfg.path, &node)),
+            None => {
+                if self.stale_prefixes.len() == STALE_PREFIXES_MAX {
+                    self.stale_prefixes.remove(0);
+                }
+                self.stale_prefixes.push(part.prefix);
+            }
+        }
+    }
+
+    fn flush_stale(&mut self, out: &mut Vec<Output<QueueEvent>>) {
+        if self.conn.is_none() {
+            return;
+        }
+        for path in std::mem::take(&mut self.stale_nodes) {
+            self.ids.call(Call::Delete { path, version: -1 }, out);
+        }
+    }
+
+    fn cleanup_stale_prefixes(&mut self, children: &[String], out: &mut Vec<Output<QueueEvent>>) {
+        if self.stale_prefixes.is_empty() {
+            return;
+        }
+        let stale: Vec<String> = children
+            .iter()
+            .filter(|c| {
+                self.stale_prefixes
+                    .iter()
+                    .any(|p| c.starts_with(p.as_str()))
+            })
+            .cloned()
+            .collect();
+        for child in stale {
+            self.stale_prefixes
+                .retain(|p| !child.starts_with(p.as_str()));
+            let path = join_path(&self.cfg.path, &child);
+            self.ids.call(Call::Delete { path, version: -1 }, out);
+        }
+    }
+
+    fn end(&mut self, out: &mut Vec<Output<QueueEvent>>) {
+        if self.step != Step::Ended {
+            self.step = Step::Ended;
+            out.push(Output::Ended);
+        }
+    }
+
+    fn is_pending(&self, id: OpId) -> bool {
+        match self.step {
+            Step::Creating { op }
+            | Step::Listing { op }
+            | Step::Verifying { op }
+            | Step::ReadingEpoch { op }
+            | Step::CreatingEpoch { op }
+            | Step::Bumping { op, .. } => op == id,
+            Step::Waiting { watch, .. } | Step::Holding { watch, .. } => watch == id,
+            Step::Idle | Step::Backoff { .. } | Step::Closing | Step::Ended => false,
+        }
+    }
+
+    // ----- release and close ---------------------------------------------------------
+
+    /// Give the position up: revoke (as `why`), delete the node, then end.
+    fn release(&mut self, why: Revoked, out: &mut Vec<Output<QueueEvent>>) {
+        self.revoke(why, out);
+        let mut c = Cleanup::default();
+        if let Some(part) = self.part.take() {
+            // Only while that session can still be ours; on another one the node died.
+            if self.conn.is_none() || self.conn == Some(part.session) {
+                c.session = Some(part.session);
+                match part.node {
+                    Some(node) => c.delete.push(join_path(&self.cfg.path, &node)),
+                    // A create may have landed with its answer lost: find it by prefix.
+                    None => c.find = true,
+                }
+                c.prefix = Some(part.prefix);
+                if let Step::Creating { op } = self.step {
+                    c.create = Some(op);
+                }
+            }
+        }
+        c.delete.append(&mut self.stale_nodes);
+        self.cleanup = Some(c);
+        self.step = Step::Closing;
+        self.progress_cleanup(out);
+    }
+
+    fn progress_cleanup(&mut self, out: &mut Vec<Output<QueueEvent>>) {
+        let Some(mut c) = self.cleanup.take() else {
+            return;
+        };
+        if self.conn.is_some() && c.retry.is_none() {
+            for path in std::mem::take(&mut c.delete) {
+                let id = self.ids.call(
+                    Call::Delete {
+                        path: path.clone(),
+                        version: -1,
+                    },
+                    out,
+                );
+                c.inflight.push((id, CleanupCall::Delete(path)));
+            }
+            let finding = c.inflight.iter().any(|(_, k)| *k == CleanupCall::Find);
+            if c.find && !finding {
+                let id = self.ids.call(
+                    Call::Children {
+                        path: self.cfg.path.clone(),
+                        watch: false,
+                    },
+                    out,
+                );
+                c.inflight.push((id, CleanupCall::Find));
+            }
+        }
+        let done = c.delete.is_empty() && !c.find && c.create.is_none() && c.inflight.is_empty();
+        self.cleanup = Some(c);
+        if done {
+            self.end(out);
+        }
+    }
+
+    fn on_closing_input(
+        &mut self,
+        now_ms: u64,
+        input: Input<QueueCommand>,
+        out: &mut Vec<Output<QueueEvent>>,
+    ) {
+        match input {
+            Input::Conn(state) => match state {
+                ConnectionState::Connected { session }
+                | ConnectionState::Reconnected { session } => {
+                    self.conn = Some(session);
+                    let same = self.cleanup.as_ref().and_then(|c| c.session) == Some(session);
+                    let c = self.cleanup.get_or_insert_with(Cleanup::default);
+                    if same {
+                        // What was in flight on the old connection: issue it again.
+                        for (_, call) in std::mem::take(&mut c.inflight) {
+                            match call {
+                                CleanupCall::Delete(p) => c.delete.push(p),
+                                CleanupCall::Find => c.find = true,
+                            }
+                        }
+                        c.retry = None;
+                    } else {
+                        // Another session: the old one's ephemerals died with it.
+                        *c = Cleanup::default();
+                    }
+                }
+                ConnectionState::Suspended | ConnectionState::ReadOnly { .. } => self.conn = None,
+                ConnectionState::Lost => {
+                    self.conn = None;
+                    self.cleanup = Some(Cleanup::default());
+                }
+            },
+            Input::Done { id, reply } => self.on_cleanup_done(now_ms, id, reply, out),
+            Input::Timer { id } => {
+                if let Some(c) = self.cleanup.as_mut() {
+                    if c.retry == Some(id) {
+                        c.retry = None;
+                    }
+                }
+            }
+            Input::Start
+            | Input::Close
+            | Input::Fired { .. }
+            | Input::Event { .. }
+            | Input::StreamEnded { .. }
+            | Input::Command(_) => {}
+        }
+        self.progress_cleanup(out);
+    }
+
+    fn on_cleanup_done(
+        &mut self,
+        now_ms: u64,
+        id: OpId,
+        reply: Reply,
+        out: &mut Vec<Output<QueueEvent>>,
+    ) {
+        let path = self.cfg.path.clone();
+        let Some(c) = self.cleanup.as_mut() else {
+            return;
+        };
+        let mut failed = false;
+        if c.create == Some(id) {
+            c.create = None;
+            match reply {
+                Reply::Created(Ok((p, _))) => c.delete.push(p),
+                Reply::Created(Err(e)) if e.is_connection_loss() => c.find = true,
+                _ => {}
+            }
+        } else if let Some(i) = c.inflight.iter().position(|(k, _)| *k == id) {
+            let (_, call) = c.inflight.remove(i);
+            match (call, reply) {
+                (CleanupCall::Delete(_), Reply::Deleted(Ok(()) | Err(Error::NoNode { .. }))) => {}
+                (CleanupCall::Delete(p), Reply::Deleted(Err(e))) if e.is_connection_loss() => {
+                    c.delete.push(p);
+                    failed = true;
+                }
+                (CleanupCall::Find, Reply::Children(Ok(children))) => {
+                    c.find = false;
+                    if let Some(prefix) = &c.prefix {
+                        for child in children.iter().filter(|n| n.starts_with(prefix.as_str())) {
+                            c.delete.push(join_path(&path, child));
+                        }
+                    }
+                }
+                (CleanupCall::Find, Reply::Children(Err(e))) if e.is_connection_loss() => {
+                    failed = true
+                }
+                (call, reply) => {
+                    tracing::warn!(?call, ?reply, "queue cleanup gave up");
+                    if call == CleanupCall::Find {
+                        c.find = false;
+                    }
+                }
+            }
+        } else if let Reply::Created(Ok((p, _))) = reply {
+            // A stale create of an earlier position: delete what it made.
+            c.delete.push(p);
+        }
+        if failed && c.retry.is_none() {
+            let delay = self.backoff.next_delay_ms();
+            let t = self.ids.timer(now_ms + delay, out);
+            if let Some(c) = self.cleanup.as_mut() {
+                c.retry = Some(t);
+            }
+        }
+    }
+}
+
+impl Machine for QueueMachine {
+    type Command = QueueCommand;
+    type Event = QueueEvent;
+
+    fn step(&mut self, now_ms: u64, input: Input<QueueCommand>) -> Vec<Output<QueueEvent>> {
+        let mut out = Vec::new();
+        if self.step == Step::Ended {
+            return out;
+        }
+        if self.step == Step::Closing {
+            self.on_closing_input(now_ms, input, &mut out);
+            return out;
+        }
+        match input {
+            Input::Start => {
+                if !self.started {
+                    self.started = true;
+                    if self.conn.is_some() {
+                        self.join(&mut out);
+                    }
+                }
+            }
+            Input::Close => self.release(Revoked::Closed, &mut out),
+            Input::Command(QueueCommand::Release) => self.release(Revoked::Released, &mut out),
+            Input::Conn(state) => self.on_conn(state, &mut out),
+            Input::Done { id, reply } => self.on_done(now_ms, id, reply, &mut out),
+            Input::Fired { id } => self.on_fired(id, &mut out),
+            Input::Event { .. } | Input::StreamEnded { .. } => {}
+            Input::Timer { id } => self.on_timer(id, &mut out),
+        }
+        out
+    }
+}
+
+/// The children in queue order: by the 10-digit sequence suffix ZooKeeper appends, then
+/// by name. Children without one (not queue nodes) are left out.
+fn sorted(children: &[String]) -> Vec<String> {
+    let mut q: Vec<(&str, &String)> = children
+        .iter()
+        .filter_map(|c| sequence(c).map(|s| (s, c)))
+        .collect();
+    q.sort();
+    q.into_iter().map(|(_, c)| c.clone()).collect()
+}
+
+/// The sequence suffix of a queue node: its last 10 characters, all digits.
+fn sequence(name: &str) -> Option<&str> {
+    let s = name.get(name.len().checked_sub(10)?..)?;
+    s.bytes().all(|b| b.is_ascii_digit()).then_some(s)
+}
+
+/// Queue nodes whose kind this crate knows; anything else blocks readers (a writer of
+/// another kind is the conservative guess).
+fn is_known_name(name: &str) -> bool {
+    name.contains(super::rwlock::READ_NAME)
+        || name.contains(super::rwlock::WRITE_NAME)
+        || name.contains(super::rwlock::LEASE_NAME)
+}
+
+#[cfg(test)]
+#[path = "queue_tests.rs"]
+mod tests;
