@@ -660,7 +660,8 @@ pub struct KeyVerdict {
 
 /// Checks a key's history; when it is not linearizable, narrows it to a short
 /// window that is not linearizable on its own (the smallest end time, then the
-/// latest start time, each by binary search over completion times).
+/// latest start time, each by binary search over completion times), within a
+/// second time budget; the whole history is the window if that runs out first.
 pub fn check_key(key: &KeyHistory, budget: Budget) -> KeyVerdict {
     let verdict = check(&key.ops, Some(KeyHistory::initial_state()), budget);
     if verdict != Verdict::NotLinearizable {
@@ -681,8 +682,19 @@ pub fn check_key(key: &KeyHistory, budget: Budget) -> KeyVerdict {
     // indeterminate ops) at the last invocation.
     let last = key.ops.iter().map(|o| o.invoke).max().unwrap_or(0);
     ends.push(last.max(ends.last().copied().unwrap_or(0)));
+    // Narrowing shares one time budget with the search: once it is spent, a
+    // window counts as "not shown bad", so the narrowing stops where it got.
+    let deadline = Instant::now() + budget.time;
     let bad = |from: Time, to: Time, init: Option<RegState>| {
-        check(&key.window(from, to), init, budget) == Verdict::NotLinearizable
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let b = Budget {
+            time: left,
+            ..budget
+        };
+        check(&key.window(from, to), init, b) == Verdict::NotLinearizable
     };
     // Smallest end: prefixes start at the known initial state.
     let (mut lo, mut hi) = (0usize, ends.len() - 1);
