@@ -290,6 +290,7 @@ pub fn masked(acl: &[Acl]) -> Vec<Acl> {
 /// Interns ACL lists so that the many nodes sharing one list share one
 /// allocation (ZooKeeper's reference-counted ACL cache does the same).
 #[derive(Debug, Default)]
+#[cfg_attr(test, derive(Clone))]
 pub struct AclInterner {
     lists: foldhash::HashSet<Arc<[Acl]>>,
 }

@@ -161,6 +161,7 @@ pub struct SessionRecord {
 
 /// A snapshot being written.
 #[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 struct SnapWriter {
     gen: u32,
     /// The zxid the snapshot is consistent at.
@@ -170,10 +171,14 @@ struct SnapWriter {
     frames: Vec<SnapFrame>,
     /// Whether the DFS has started (visited the root).
     root_visited: bool,
+    /// Bytes produced and not yet taken.
     out: BytesMut,
     /// ACL lists written so far, by their address, and their snapshot ids.
     acl_refs: HashMap<usize, u32>,
     records: u64,
+    /// The capacity of a fresh output buffer once the caller takes the
+    /// output in chunks ([`DataTree::take_snapshot_output`]); 0 until then.
+    chunk_bytes: usize,
 }
 
 /// A node whose children a snapshot is visiting.
@@ -183,6 +188,7 @@ struct SnapWriter {
 /// children costs one pass over its map, and each later step takes a few
 /// children off the end.
 #[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 struct SnapFrame {
     /// The parent's path.
     path: String,
@@ -221,6 +227,7 @@ impl SnapFrame {
 
 /// The data tree.
 #[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub struct DataTree {
     nodes: Vec<Option<Node>>,
     free: Vec<u32>,
@@ -238,9 +245,22 @@ pub struct DataTree {
 }
 
 const ROOT: u32 = 0;
-const SNAP_MAGIC: &[u8; 8] = b"RZKSNAP1";
-/// Magic, zxid, session count and the end marker.
-const SNAP_HEADER_BYTES: usize = 8 + 8 + 4 + 9;
+/// The tree's snapshot format, version 2: the header carries the node count.
+const SNAP_MAGIC: &[u8; 8] = b"RZKTREE2";
+/// Version 1 (no node count in the header): still loaded.
+const SNAP_MAGIC_V1: &[u8; 8] = b"RZKSNAP1";
+/// Magic, zxid, node count, session count and the end marker.
+const SNAP_HEADER_BYTES: usize = 8 + 8 + 8 + 4 + 9;
+/// A session in a snapshot: id, timeout, password.
+const SNAP_SESSION_BYTES: usize = 8 + 4 + 16;
+/// How much a snapshot load asks its reader for at a time. The load's buffer
+/// is this large, or as large as the largest record if that is larger (a
+/// record is one znode: its path, its data, bounded by `jute.maxbuffer`, and
+/// its ACL).
+pub const SNAPSHOT_LOAD_READ_BYTES: usize = 256 * 1024;
+/// Without a node count (version 1), a children map is sized up front for
+/// at most this many children; past it, it grows.
+const LOAD_CHILDREN_RESERVE_UNKNOWN_MAX: u64 = 1 << 16;
 /// A record's bytes besides its path and data: tag, two lengths, ACL ref and
 /// the stored Stat fields.
 const SNAP_RECORD_FIXED_BYTES: usize = 1 + 4 + 4 + 4 + 5 * 8 + 3 * 4 + 8;
@@ -315,10 +335,11 @@ impl DataTree {
     /// Inserts the nodes of one depth of a snapshot being loaded. Siblings
     /// come together (the snapshot is a DFS), so the parent is looked up once
     /// per run of siblings and its children map is sized for the run at once.
-    fn insert_level(&mut self, level: Vec<(&str, Node)>) -> Result<(), TxnError> {
-        let paths: Vec<&str> = level.iter().map(|(p, _)| *p).collect();
+    fn insert_level(&mut self, level: Vec<(String, Node)>) -> Result<(), TxnError> {
+        let paths: Vec<&str> = level.iter().map(|(p, _)| p.as_str()).collect();
         let mut parent: Option<(&str, u32)> = None;
-        for (i, (p, node)) in level.into_iter().enumerate() {
+        for (i, (p, node)) in level.iter().enumerate() {
+            let (p, node) = (p.as_str(), node.clone());
             let orphan = || TxnError(format!("snapshot node {p} has no parent or is repeated"));
             if p == "/" {
                 self.insert_raw(p, node).ok_or_else(orphan)?;
@@ -623,6 +644,12 @@ impl DataTree {
 
     /// Starts a snapshot consistent at `zxid` (the last applied txn) with these
     /// sessions. Returns false if one is already being written.
+    ///
+    /// The snapshot is then produced by [`DataTree::snapshot_step`] and by
+    /// copy-on-write as txns change nodes it has not written yet. Its bytes
+    /// come either in one buffer (the last `snapshot_step` returns them all)
+    /// or in chunks: [`DataTree::take_snapshot_output`] hands over what has
+    /// been produced so far, and the last `snapshot_step` returns the rest.
     pub fn begin_snapshot(&mut self, zxid: Zxid, sessions: &[SessionRecord]) -> bool {
         if self.snap.is_some() {
             return false;
@@ -630,14 +657,18 @@ impl DataTree {
         self.snap_gen = self.snap_gen.wrapping_add(1);
         // Sized once from the tree (a record is its path, its data and about
         // 70 bytes): the buffer does not grow by copies while nodes are written,
-        // and the pages it does not use are never touched.
+        // and the pages it does not use are never touched. A caller that takes
+        // the output in chunks gives this buffer up with its first chunk.
         let estimate = SNAP_HEADER_BYTES
-            + sessions.len() * 28
+            + sessions.len() * SNAP_SESSION_BYTES
             + self.data_bytes as usize
             + self.node_count * SNAP_RECORD_FIXED_BYTES;
         let mut out = BytesMut::with_capacity(estimate + estimate / 16);
         out.put_slice(SNAP_MAGIC);
         out.put_u64(zxid.as_u64());
+        // Exactly the records to come: one per node at `zxid` (the walk writes
+        // those it reaches, copy-on-write those changed or deleted first).
+        out.put_u64(self.node_count as u64);
         out.put_u32(sessions.len() as u32);
         for s in sessions {
             out.put_i64(s.id);
@@ -652,8 +683,32 @@ impl DataTree {
             out,
             acl_refs: HashMap::new(),
             records: 0,
+            chunk_bytes: 0,
         });
         true
+    }
+
+    /// The bytes of the snapshot in progress produced so far (by steps and by
+    /// copy-on-write) and not taken yet, if at least `min_bytes` of them are
+    /// buffered; `None` otherwise, or when no snapshot is in progress.
+    ///
+    /// For streaming a snapshot in bounded chunks: call it after steps and
+    /// after applying txns, write what it returns in order, and finish with
+    /// the rest that the last [`DataTree::snapshot_step`] returns. The chunks
+    /// and that rest, concatenated, are byte for byte what the one-buffer form
+    /// would have returned. Once a chunk has been taken, the snapshot buffers
+    /// at most about `min_bytes` plus one step's output (each chunk is its own
+    /// allocation, freed when the caller drops it).
+    pub fn take_snapshot_output(&mut self, min_bytes: usize) -> Option<Bytes> {
+        let snap = self.snap.as_mut()?;
+        if snap.out.is_empty() || snap.out.len() < min_bytes {
+            return None;
+        }
+        if snap.chunk_bytes == 0 {
+            snap.chunk_bytes = (min_bytes + min_bytes / 4).max(4096);
+        }
+        let fresh = BytesMut::with_capacity(snap.chunk_bytes);
+        Some(std::mem::replace(&mut snap.out, fresh).freeze())
     }
 
     /// Writes up to `budget` nodes of the snapshot in progress. Returns the
@@ -730,134 +785,28 @@ impl DataTree {
         write_record(snap, p, node);
     }
 
-    /// Loads a snapshot: the tree, the sessions and the zxid it is
-    /// consistent at.
+    /// Loads a snapshot held in one buffer: the tree, the sessions and the
+    /// zxid it is consistent at. Same as [`DataTree::load_snapshot_from`].
     pub fn load_snapshot(bytes: &[u8]) -> Result<(DataTree, Vec<SessionRecord>, Zxid), TxnError> {
-        let mut r = bytes;
-        if r.len() < 8 || &r[..8] != SNAP_MAGIC {
-            return Err(TxnError("not an rzk snapshot".into()));
-        }
-        r = &r[8..];
-        let zxid = Zxid::from_u64(txn::get_i64(&mut r)? as u64);
-        let n = txn::get_u32(&mut r)? as usize;
-        let mut sessions = Vec::with_capacity(n.min(r.len() / 28));
-        for _ in 0..n {
-            let id = txn::get_i64(&mut r)?;
-            let timeout_ms = txn::get_i32(&mut r)?;
-            if r.len() < 16 {
-                return Err(TxnError("truncated session".into()));
-            }
-            let mut password = [0u8; 16];
-            password.copy_from_slice(&r[..16]);
-            r = &r[16..];
-            sessions.push(SessionRecord {
-                id,
-                timeout_ms,
-                password,
-            });
-        }
-        let mut tree = DataTree::empty();
-        let mut acl_table: Vec<Arc<[Acl]>> = Vec::new();
-        // Records come in DFS order, so a node's parent is almost always in
-        // the tree already: insert it at once. Copy-on-write records can come
-        // before their parent; they wait, by depth, and go in after the
-        // stream (every parent before its children). Paths are borrowed from
-        // `bytes`, not copied.
-        let declared_hint = bytes.len().checked_sub(8).map_or(0, |at| {
-            u64::from_be_bytes(bytes[at..].try_into().expect("8 bytes"))
-        });
-        tree.nodes
-            .reserve_exact(declared_hint.min(bytes.len() as u64 / 64) as usize);
-        let mut deferred: Vec<Vec<(&str, Node)>> = Vec::new();
-        let mut parent: Option<(&str, u32)> = None;
-        let mut sized = Vec::new();
-        let mut records = 0u64;
-        loop {
-            match txn::get_u8(&mut r)? {
-                0 => break,
-                1 => {}
-                t => return Err(TxnError(format!("unknown snapshot record {t}"))),
-            }
-            let p = txn::get_str_ref(&mut r)?;
-            let data = txn::get_buf(&mut r)?;
-            let acl_ref = txn::get_u32(&mut r)? as usize;
-            if acl_ref == acl_table.len() {
-                let acl = txn::get_acl(&mut r)?;
-                acl_table.push(tree.acls.intern(&acl));
-            }
-            let acl = acl_table
-                .get(acl_ref)
-                .cloned()
-                .ok_or_else(|| TxnError(format!("ACL ref {acl_ref} undefined")))?;
-            let mut node = Node::new(data, acl, 0, 0, 0);
-            node.czxid = txn::get_i64(&mut r)? as u64;
-            node.mzxid = txn::get_i64(&mut r)? as u64;
-            node.pzxid = txn::get_i64(&mut r)? as u64;
-            node.ctime = txn::get_i64(&mut r)?;
-            node.mtime = txn::get_i64(&mut r)?;
-            node.version = txn::get_i32(&mut r)?;
-            node.aversion = txn::get_i32(&mut r)?;
-            node.ccount = txn::get_i32(&mut r)?;
-            node.owner = txn::get_i64(&mut r)?;
-            records += 1;
-            let orphan = || TxnError(format!("snapshot node {p} has no parent or is repeated"));
-            let Some(slash) = p.rfind('/') else {
-                return Err(orphan());
-            };
-            if p == "/" {
-                tree.insert_raw(p, node).ok_or_else(orphan)?;
-                continue;
-            }
-            let parent_path = if slash == 0 { "/" } else { &p[..slash] };
-            let found = match parent {
-                Some((pp, idx)) if pp == parent_path => Some(idx),
-                _ => tree.lookup(parent_path),
-            };
-            let Some(parent_idx) = found else {
-                let depth = p.bytes().filter(|&b| b == b'/').count();
-                if deferred.len() <= depth {
-                    deferred.resize_with(depth + 1, Vec::new);
-                }
-                deferred[depth].push((p, node));
-                continue;
-            };
-            parent = Some((parent_path, parent_idx));
-            let pn = tree.node_mut(parent_idx);
-            if pn.children.is_none() {
-                // Sized once for the children it can have: at most its create
-                // count, and at most the records still to come. Too large a
-                // guess is given back below.
-                let room = (pn.ccount.max(0) as u64).min(declared_hint.saturating_sub(records));
-                if room > 0 {
-                    let mut map = HashMap::new();
-                    map.reserve(room as usize);
-                    pn.children = Some(Box::new(map));
-                    sized.push(parent_idx);
-                }
-            }
-            tree.insert_child(parent_idx, p, &p[slash + 1..], node)
-                .map_err(|()| orphan())?;
-        }
-        let declared = txn::get_i64(&mut r)? as u64;
-        if declared != records {
-            return Err(TxnError(format!(
-                "snapshot declares {declared} nodes, holds {records}"
-            )));
-        }
-        for level in deferred {
-            tree.insert_level(level)?;
-        }
-        for idx in sized {
-            if let Some(children) = tree.node_mut(idx).children.as_mut() {
-                if children.capacity() > 2 * children.len() + 16 {
-                    children.shrink_to_fit();
-                }
-            }
-        }
-        if tree.nodes.is_empty() {
-            return Err(TxnError("snapshot has no root".into()));
-        }
-        Ok((tree, sessions, zxid))
+        DataTree::load_snapshot_from(&mut &bytes[..])
+    }
+
+    /// Loads a snapshot while reading it from `source`: the tree, the
+    /// sessions and the zxid it is consistent at.
+    ///
+    /// The snapshot is never held whole: it is read
+    /// [`SNAPSHOT_LOAD_READ_BYTES`] at a time into one buffer of that size
+    /// (or of the largest record's, if larger). `source` is read to its end (a reader that
+    /// verifies a checksum there, such as a SNAP transfer's, gets to fail the
+    /// load), and bytes after the snapshot's end marker are an error. Nothing
+    /// is changed on failure: load into a new tree and swap it in on success.
+    pub fn load_snapshot_from(
+        source: &mut dyn std::io::Read,
+    ) -> Result<(DataTree, Vec<SessionRecord>, Zxid), TxnError> {
+        let mut reader = SnapReader::new(source);
+        let loaded = load_from(&mut reader);
+        reader.record_peak();
+        loaded
     }
 
     /// Every node by path with its data, ACL and Stat: a canonical dump for
@@ -877,6 +826,349 @@ impl DataTree {
             out.insert(p, (n.data.clone(), n.acl.to_vec(), n.stat()));
         }
         out
+    }
+}
+
+/// A snapshot being read: a window on the stream, read
+/// [`SNAPSHOT_LOAD_READ_BYTES`] at a time into one buffer, which grows only
+/// for a record larger than that.
+struct SnapReader<'r> {
+    source: &'r mut dyn std::io::Read,
+    /// Always initialised to its length; `pos..end` is what is unconsumed.
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    eof: bool,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The largest buffer of the last load on this thread (tests).
+    static LOAD_BUFFER_PEAK: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+impl<'r> SnapReader<'r> {
+    fn new(source: &'r mut dyn std::io::Read) -> SnapReader<'r> {
+        SnapReader {
+            source,
+            buf: Vec::new(),
+            pos: 0,
+            end: 0,
+            eof: false,
+        }
+    }
+
+    fn record_peak(&self) {
+        #[cfg(test)]
+        LOAD_BUFFER_PEAK.with(|p| p.set(self.buf.len()));
+    }
+
+    /// The unconsumed bytes.
+    fn available(&self) -> &[u8] {
+        &self.buf[self.pos..self.end]
+    }
+
+    /// Reads until at least `n` bytes are available; false at the end of
+    /// the stream.
+    fn fill(&mut self, n: usize) -> Result<bool, TxnError> {
+        while self.end - self.pos < n {
+            if self.eof {
+                return Ok(false);
+            }
+            if self.pos > 0 {
+                self.buf.copy_within(self.pos..self.end, 0);
+                self.end -= self.pos;
+                self.pos = 0;
+            }
+            let size = n.max(SNAPSHOT_LOAD_READ_BYTES);
+            if self.buf.len() < size {
+                self.buf.resize(size, 0);
+            }
+            let got = loop {
+                match self.source.read(&mut self.buf[self.end..]) {
+                    Ok(got) => break got,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(TxnError(format!("reading the snapshot: {e}"))),
+                }
+            };
+            self.end += got;
+            self.eof = got == 0;
+        }
+        Ok(true)
+    }
+
+    /// Exactly `n` bytes, consumed; an error if the stream ends first.
+    fn take(&mut self, n: usize) -> Result<&[u8], TxnError> {
+        if !self.fill(n)? {
+            return Err(TxnError(format!(
+                "truncated snapshot: {n} bytes needed, {} left",
+                self.end - self.pos
+            )));
+        }
+        let at = self.pos;
+        self.pos += n;
+        Ok(&self.buf[at..at + n])
+    }
+
+    /// The length of the next record (or of the end marker), reading as
+    /// much as it takes to know it.
+    fn next_record_len(&mut self, acls_defined: usize) -> Result<usize, TxnError> {
+        let mut want = 1;
+        loop {
+            if !self.fill(want)? {
+                return Err(TxnError(format!(
+                    "truncated snapshot: a record needs {want}+ bytes, {} left",
+                    self.end - self.pos
+                )));
+            }
+            match record_len(self.available(), acls_defined)? {
+                Ok(len) => return Ok(len),
+                Err(more) => want = more,
+            }
+        }
+    }
+}
+
+/// A snapshot record's fixed part after its ACL: czxid, mzxid, pzxid, ctime,
+/// mtime, version, aversion, ccount, owner.
+const SNAP_RECORD_STAT_BYTES: usize = 5 * 8 + 3 * 4 + 8;
+
+/// The length of the record at the start of `b`: `Ok(len)`, or `Err(n)` when
+/// `b` is too short to tell and at least `n` bytes are needed to go on. An
+/// unknown tag is an error. `acls_defined`: ACL ids defined so far (a record
+/// whose ACL id is the next one carries the ACL inline).
+fn record_len(b: &[u8], acls_defined: usize) -> Result<Result<usize, usize>, TxnError> {
+    let u32_at = |at: usize| -> Option<u32> {
+        b.get(at..at + 4)
+            .map(|x| u32::from_be_bytes(x.try_into().expect("4 bytes")))
+    };
+    match b.first() {
+        None => return Ok(Err(1)),
+        Some(0) => return Ok(Ok(9)), // end marker and record count
+        Some(1) => {}
+        Some(t) => return Err(TxnError(format!("unknown snapshot record {t}"))),
+    }
+    let mut at = 1usize;
+    // path
+    let Some(n) = u32_at(at) else {
+        return Ok(Err(at + 4));
+    };
+    at += 4 + n as usize;
+    // data (-1: null)
+    let Some(n) = u32_at(at) else {
+        return Ok(Err(at + 4));
+    };
+    at += 4 + (n as i32).max(0) as usize;
+    // ACL id, and the ACL itself when it is defined here
+    let Some(acl_ref) = u32_at(at) else {
+        return Ok(Err(at + 4));
+    };
+    at += 4;
+    if acl_ref as usize == acls_defined {
+        let Some(count) = u32_at(at) else {
+            return Ok(Err(at + 4));
+        };
+        at += 4;
+        for _ in 0..count {
+            at += 4; // perms
+            for _ in 0..2 {
+                // scheme, id
+                let Some(n) = u32_at(at) else {
+                    return Ok(Err(at + 4));
+                };
+                at += 4 + n as usize;
+            }
+        }
+    }
+    Ok(Ok(at + SNAP_RECORD_STAT_BYTES))
+}
+
+/// What a snapshot load keeps between records.
+struct Loader {
+    tree: DataTree,
+    acl_table: Vec<Arc<[Acl]>>,
+    /// Copy-on-write records that came before their parent, by depth: they go
+    /// in after the stream (every parent before its children).
+    deferred: Vec<Vec<(String, Node)>>,
+    /// The parent of the last record inserted, and its slab index: siblings
+    /// come together (the snapshot is a DFS).
+    parent_path: String,
+    parent_idx: Option<u32>,
+    /// Children maps sized up front, to shrink at the end if oversized.
+    sized: Vec<u32>,
+    records: u64,
+    /// The records the header announces (version 2), else none.
+    declared: Option<u64>,
+}
+
+fn load_from(r: &mut SnapReader<'_>) -> Result<(DataTree, Vec<SessionRecord>, Zxid), TxnError> {
+    let magic = r.take(8)?;
+    let v2 = magic == SNAP_MAGIC;
+    if !v2 && magic != SNAP_MAGIC_V1 {
+        return Err(TxnError("not an rzk snapshot".into()));
+    }
+    let zxid = Zxid::from_u64(txn::get_i64(&mut r.take(8)?)? as u64);
+    let declared = if v2 {
+        Some(txn::get_i64(&mut r.take(8)?)? as u64)
+    } else {
+        None
+    };
+    let n = txn::get_u32(&mut r.take(4)?)? as usize;
+    let mut sessions = Vec::with_capacity(n.min(1 << 16));
+    for _ in 0..n {
+        let mut b = r.take(SNAP_SESSION_BYTES)?;
+        let id = txn::get_i64(&mut b)?;
+        let timeout_ms = txn::get_i32(&mut b)?;
+        let mut password = [0u8; 16];
+        password.copy_from_slice(b);
+        sessions.push(SessionRecord {
+            id,
+            timeout_ms,
+            password,
+        });
+    }
+    let mut loader = Loader {
+        tree: DataTree::empty(),
+        acl_table: Vec::new(),
+        deferred: Vec::new(),
+        parent_path: String::new(),
+        parent_idx: None,
+        sized: Vec::new(),
+        records: 0,
+        declared,
+    };
+    if let Some(d) = declared {
+        if d > u64::from(u32::MAX) {
+            return Err(TxnError(format!(
+                "snapshot declares {d} nodes, more than a tree holds"
+            )));
+        }
+        // The slab at its final size at once. A corrupt count is caught when
+        // the records run out; until then its reservation is only address
+        // space, and one that cannot be had is simply not made.
+        let _ = loader.tree.nodes.try_reserve_exact(d as usize);
+    }
+    loop {
+        let len = r.next_record_len(loader.acl_table.len())?;
+        let mut b = r.take(len)?;
+        if txn::get_u8(&mut b)? == 0 {
+            let count = txn::get_i64(&mut b)? as u64;
+            if count != loader.records || declared.is_some_and(|d| d != count) {
+                return Err(TxnError(format!(
+                    "snapshot declares {count} nodes (header: {declared:?}), holds {}",
+                    loader.records
+                )));
+            }
+            break;
+        }
+        loader.record(b)?;
+    }
+    // Read to the end: a checksumming source verifies there.
+    if r.fill(1)? {
+        return Err(TxnError("bytes after the snapshot's end".into()));
+    }
+    loader.finish()?;
+    Ok((loader.tree, sessions, zxid))
+}
+
+impl Loader {
+    /// One record (after its tag): parse it and insert the node.
+    fn record(&mut self, mut b: &[u8]) -> Result<(), TxnError> {
+        let r = &mut b;
+        let p = txn::get_str_ref(r)?;
+        let data = txn::get_buf(r)?;
+        let acl_ref = txn::get_u32(r)? as usize;
+        if acl_ref == self.acl_table.len() {
+            let acl = txn::get_acl(r)?;
+            self.acl_table.push(self.tree.acls.intern(&acl));
+        }
+        let acl = self
+            .acl_table
+            .get(acl_ref)
+            .cloned()
+            .ok_or_else(|| TxnError(format!("ACL ref {acl_ref} undefined")))?;
+        let mut node = Node::new(data, acl, 0, 0, 0);
+        node.czxid = txn::get_i64(r)? as u64;
+        node.mzxid = txn::get_i64(r)? as u64;
+        node.pzxid = txn::get_i64(r)? as u64;
+        node.ctime = txn::get_i64(r)?;
+        node.mtime = txn::get_i64(r)?;
+        node.version = txn::get_i32(r)?;
+        node.aversion = txn::get_i32(r)?;
+        node.ccount = txn::get_i32(r)?;
+        node.owner = txn::get_i64(r)?;
+        self.records += 1;
+        if self.declared.is_some_and(|d| self.records > d) {
+            return Err(TxnError(format!(
+                "snapshot holds more nodes than its header's {:?}",
+                self.declared
+            )));
+        }
+        let orphan = || TxnError(format!("snapshot node {p} has no parent or is repeated"));
+        let Some(slash) = p.rfind('/') else {
+            return Err(orphan());
+        };
+        if p == "/" {
+            self.tree.insert_raw(p, node).ok_or_else(orphan)?;
+            return Ok(());
+        }
+        let parent_path = if slash == 0 { "/" } else { &p[..slash] };
+        let found = match self.parent_idx {
+            Some(idx) if self.parent_path == parent_path => Some(idx),
+            _ => self.tree.lookup(parent_path),
+        };
+        let Some(parent_idx) = found else {
+            let depth = p.bytes().filter(|&b| b == b'/').count();
+            if self.deferred.len() <= depth {
+                self.deferred.resize_with(depth + 1, Vec::new);
+            }
+            self.deferred[depth].push((p.to_owned(), node));
+            return Ok(());
+        };
+        if self.parent_idx != Some(parent_idx) {
+            self.parent_path.clear();
+            self.parent_path.push_str(parent_path);
+            self.parent_idx = Some(parent_idx);
+        }
+        let pn = self.tree.node_mut(parent_idx);
+        if pn.children.is_none() {
+            // Sized once for the children it can have: at most its create
+            // count, and at most the records still to come. Too large a guess
+            // is given back at the end.
+            let left = match self.declared {
+                Some(d) => d.saturating_sub(self.records),
+                None => LOAD_CHILDREN_RESERVE_UNKNOWN_MAX,
+            };
+            let room = (pn.ccount.max(0) as u64).min(left);
+            if room > 0 {
+                let mut map = HashMap::new();
+                // A guess: if it cannot be had, the map grows as children come.
+                let _ = map.try_reserve(room as usize);
+                pn.children = Some(Box::new(map));
+                self.sized.push(parent_idx);
+            }
+        }
+        self.tree
+            .insert_child(parent_idx, p, &p[slash + 1..], node)
+            .map_err(|()| orphan())
+    }
+
+    /// Inserts the deferred records and gives back oversized maps.
+    fn finish(&mut self) -> Result<(), TxnError> {
+        for level in std::mem::take(&mut self.deferred) {
+            self.tree.insert_level(level)?;
+        }
+        for &idx in &self.sized {
+            if let Some(children) = self.tree.node_mut(idx).children.as_mut() {
+                if children.capacity() > 2 * children.len() + 16 {
+                    children.shrink_to_fit();
+                }
+            }
+        }
+        if self.tree.nodes.is_empty() {
+            return Err(TxnError("snapshot has no root".into()));
+        }
+        Ok(())
     }
 }
 
@@ -1044,6 +1336,224 @@ mod tests {
         assert!(loaded.ephemerals_of(0x77).unwrap().contains("/a/b"));
         for cut in 0..bytes.len() {
             assert!(DataTree::load_snapshot(&bytes[..cut]).is_err());
+        }
+    }
+
+    /// A tree of `n` nodes under a few directories, with data of `data_bytes`.
+    fn sample_tree(n: u64, data_bytes: usize) -> DataTree {
+        let mut t = DataTree::new();
+        for d in 0..8u64 {
+            t.create(&format!("/d{d}"), None, &open(), 0, d + 1, 1)
+                .unwrap();
+        }
+        for i in 0..n {
+            let data = Bytes::from(vec![(i % 251) as u8; data_bytes]);
+            let acl = if i % 3 == 0 {
+                Acl::read_unsafe()
+            } else {
+                open()
+            };
+            t.create(
+                &format!("/d{}/n{i}", i % 8),
+                Some(data),
+                &acl,
+                0,
+                100 + i,
+                2,
+            )
+            .unwrap();
+        }
+        t
+    }
+
+    #[test]
+    fn streamed_snapshot_equals_the_one_buffer_form_byte_for_byte() {
+        use rand::{Rng, SeedableRng};
+        const MIN_BYTES: usize = 4096;
+        let mut a = sample_tree(2000, 100);
+        // A copy with the same maps (same iteration order): the same steps and
+        // writes on both must give the same bytes, in chunks or in one buffer.
+        let mut b = a.clone();
+        let sessions = vec![SessionRecord {
+            id: 9,
+            timeout_ms: 30_000,
+            password: [7; 16],
+        }];
+        let at = Zxid::from_u64(2099);
+        assert!(a.begin_snapshot(at, &sessions));
+        assert!(b.begin_snapshot(at, &sessions));
+        let seed = 0x5eed_u64;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let (mut chunks, mut rest) = (Vec::new(), None);
+        let mut zxid = 3000;
+        for _ in 0..100_000 {
+            // Writes that copy-on-write nodes the walk has or has not reached.
+            for _ in 0..3 {
+                let i = rng.random_range(0..2000u64);
+                let p = format!("/d{}/n{i}", i % 8);
+                zxid += 1;
+                for t in [&mut a, &mut b] {
+                    if t.get(&p).is_some() {
+                        if zxid % 4 == 0 {
+                            t.delete(&p, zxid).unwrap();
+                        } else {
+                            t.set_data(&p, None, zxid, 3).unwrap();
+                        }
+                    } else {
+                        t.create(&p, None, &open(), 0, zxid, 3).unwrap();
+                    }
+                }
+            }
+            if let Some(chunk) = a.take_snapshot_output(MIN_BYTES) {
+                assert!(chunk.len() >= MIN_BYTES, "seed {seed}");
+                chunks.push(chunk);
+            }
+            let (ra, rb) = (a.snapshot_step(7), b.snapshot_step(7));
+            assert_eq!(
+                ra.is_some(),
+                rb.is_some(),
+                "seed {seed}: both finish together"
+            );
+            if let (Some((za, ra)), Some((zb, rb))) = (ra, rb) {
+                assert_eq!((za, zb), (at, at));
+                rest = Some((ra, rb));
+                break;
+            }
+            // Bounded: what is buffered is at most the minimum plus one step
+            // and three writes (records of about 250 B here).
+            let buffered = a.snap.as_ref().unwrap().out.len();
+            assert!(
+                buffered < MIN_BYTES + 10 * 250,
+                "seed {seed}: {buffered} B buffered"
+            );
+        }
+        let (rest_a, whole) = rest.expect("the snapshot finishes");
+        assert!(chunks.len() > 20, "{} chunks", chunks.len());
+        let mut streamed = Vec::new();
+        for c in &chunks {
+            streamed.extend_from_slice(c);
+        }
+        streamed.extend_from_slice(&rest_a);
+        assert_eq!(streamed.len(), whole.len(), "seed {seed}");
+        assert!(streamed == whole[..], "seed {seed}: streamed bytes differ");
+        let (loaded, s, z) = DataTree::load_snapshot(&streamed).unwrap();
+        assert_eq!((s, z), (sessions, at));
+        assert_eq!(loaded.node_count(), 2000 + 8 + 4);
+    }
+
+    #[test]
+    fn take_snapshot_output_waits_for_min_bytes_and_for_a_snapshot() {
+        let mut t = sample_tree(100, 10);
+        assert!(
+            t.take_snapshot_output(0).is_none(),
+            "no snapshot in progress"
+        );
+        assert!(t.begin_snapshot(Zxid::from_u64(199), &[]));
+        let header = t.take_snapshot_output(0).expect("the header is buffered");
+        assert_eq!(&header[..8], SNAP_MAGIC);
+        assert!(t.take_snapshot_output(0).is_none(), "nothing new");
+        assert!(t.snapshot_step(5).is_none());
+        assert!(t.take_snapshot_output(1 << 20).is_none(), "less than asked");
+        let some = t.take_snapshot_output(1).expect("five records");
+        let mut all = header.to_vec();
+        all.extend_from_slice(&some);
+        let rest = loop {
+            if let Some((_, rest)) = t.snapshot_step(usize::MAX) {
+                break rest;
+            }
+        };
+        all.extend_from_slice(&rest);
+        assert_eq!(DataTree::load_snapshot(&all).unwrap().0.dump(), t.dump());
+    }
+
+    /// Hands out at most `step` bytes per read and remembers the largest read
+    /// asked for.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        step: usize,
+        asked_max: usize,
+        fail_at_end: bool,
+    }
+
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.asked_max = self.asked_max.max(buf.len());
+            if self.data.is_empty() && self.fail_at_end {
+                return Err(std::io::Error::other("checksum mismatch"));
+            }
+            let n = buf.len().min(self.step).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn snapshot_loads_from_a_reader_with_a_bounded_buffer() {
+        // 3000 nodes of 1 KiB and one of 600 KiB: about 3.8 MB, fifteen times
+        // the read size.
+        let mut t = sample_tree(3000, 1024);
+        let big = Bytes::from(vec![1u8; 600 * 1024]);
+        t.create("/big", Some(big), &open(), 0, 9000, 4).unwrap();
+        let bytes = t.snapshot_now(Zxid::from_u64(9000), &[]);
+        assert!(bytes.len() > 14 * SNAPSHOT_LOAD_READ_BYTES);
+        for step in [1000, 4093, usize::MAX] {
+            let mut src = Trickle {
+                data: &bytes,
+                step,
+                asked_max: 0,
+                fail_at_end: false,
+            };
+            let (loaded, _, z) = DataTree::load_snapshot_from(&mut src).unwrap();
+            assert_eq!(z.as_u64(), 9000);
+            assert_eq!(loaded.dump(), t.dump(), "reads of {step} bytes");
+            let peak = LOAD_BUFFER_PEAK.with(|p| p.get());
+            // The read size, or the largest record (600 KiB + ~100 B).
+            let bound = SNAPSHOT_LOAD_READ_BYTES.max(600 * 1024 + 256);
+            assert!(peak <= bound, "buffer peak {peak} with reads of {step}");
+            assert!(src.asked_max <= bound, "asked for {}", src.asked_max);
+        }
+    }
+
+    #[test]
+    fn snapshot_load_reads_its_source_to_the_end() {
+        let t = sample_tree(50, 10);
+        let bytes = t.clone().snapshot_now(Zxid::from_u64(149), &[]);
+        // A source that fails at its end (a checksum that does not match).
+        let mut src = Trickle {
+            data: &bytes,
+            step: 100,
+            asked_max: 0,
+            fail_at_end: true,
+        };
+        let err = DataTree::load_snapshot_from(&mut src).unwrap_err();
+        assert!(err.0.contains("checksum mismatch"), "{err}");
+        // Bytes after the end marker.
+        let mut longer = bytes.to_vec();
+        longer.push(0);
+        assert!(DataTree::load_snapshot(&longer).is_err());
+    }
+
+    #[test]
+    fn version_1_snapshots_still_load() {
+        let mut t = sample_tree(300, 10);
+        let v2 = t.snapshot_now(Zxid::from_u64(399), &[]);
+        // Version 1: the old magic and no node count after the zxid.
+        let mut v1 = SNAP_MAGIC_V1.to_vec();
+        v1.extend_from_slice(&v2[8..16]);
+        v1.extend_from_slice(&v2[24..]);
+        let (loaded, _, z) = DataTree::load_snapshot(&v1).unwrap();
+        assert_eq!((z.as_u64(), loaded.dump()), (399, t.dump()));
+    }
+
+    #[test]
+    fn a_wrong_node_count_in_the_header_is_refused() {
+        let mut t = sample_tree(30, 10);
+        let bytes = t.snapshot_now(Zxid::from_u64(129), &[]);
+        for declared in [0u64, 41, 43, u64::from(u32::MAX) + 1, u64::MAX] {
+            let mut b = bytes.to_vec();
+            b[16..24].copy_from_slice(&declared.to_be_bytes());
+            assert!(DataTree::load_snapshot(&b).is_err(), "{declared}");
         }
     }
 

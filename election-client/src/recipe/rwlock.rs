@@ -36,8 +36,10 @@
 //! guard taken under the write lock keeps the write lock until it is dropped: this is not
 //! a downgrade); further `read()` calls while it holds a read lock share that one.
 //! `write()` while holding only a read lock is refused: the upgrade would wait for itself.
-//! (Curator counts re-entrancy per thread and allows a downgrade by taking a read node
-//! behind its own write node, which a queued writer can then overtake.)
+//! (Curator counts re-entrancy per thread and grants a read to the thread that holds
+//! the write lock whatever the read node's position, its downgrade; a writer queued
+//! before that read node is admitted once the write lock is released, beside the
+//! downgraded reader. This follows from its read predicate; not exercised here.)
 //!
 //! [`FencingToken`]: crate::FencingToken
 

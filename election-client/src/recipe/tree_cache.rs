@@ -776,7 +776,10 @@ impl CacheMachine {
         }
     }
 
-    fn upsert(&mut self, path: &str, node: CachedNode, out: &mut Vec<Output<CacheEvent>>) {
+    fn upsert(&mut self, path: &str, mut node: CachedNode, out: &mut Vec<Output<CacheEvent>>) {
+        // The data arrives as a slice of the connection's read buffer; kept as is, every
+        // cached node would pin a piece of that buffer for as long as it is cached.
+        node.data = Bytes::copy_from_slice(&node.data);
         let replaced = read(&self.nodes)
             .get(path)
             .is_some_and(|old| old.stat.czxid != node.stat.czxid);

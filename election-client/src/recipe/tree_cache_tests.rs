@@ -708,3 +708,48 @@ async fn the_driver_keeps_a_cache_over_a_client_across_a_suspension() {
     );
     cache.close().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn node_and_children_views_follow_their_node_only() {
+    let server = FakeServer::default();
+    server.with(|t| {
+        t.put(ROOT, b"root").expect("root");
+        t.put("/cfg/a", b"a1").expect("a");
+        t.put("/cfg/a/deep", b"d").expect("deep");
+    });
+    let client = server.client();
+    client.publish(&[ConnectionState::Connected {
+        session: client.last_session(),
+    }]);
+    let mut node = NodeCache::start(client.clone(), "/cfg/a");
+    let mut kids = ChildrenCache::start(client.clone(), ROOT);
+    node.cache().wait_synced().await.expect("node synced");
+    kids.cache().wait_synced().await.expect("children synced");
+    assert_eq!(node.get().map(|n| n.data), Some(Bytes::from_static(b"a1")));
+    assert_eq!(
+        kids.children().keys().cloned().collect::<Vec<_>>(),
+        vec!["a"]
+    );
+    assert!(kids.cache().get("/cfg/a/deep").is_none(), "depth 1 only");
+    assert_eq!(node.cache().len(), 1, "depth 0 only");
+    server
+        .with(|t| t.set_data("/cfg/a", Bytes::from_static(b"a2"), -1))
+        .expect("set");
+    server.with(|t| t.put("/cfg/b", b"b1")).expect("b");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while node.get().map(|n| n.data) != Some(Bytes::from_static(b"a2"))
+        || kids.children().len() != 2
+    {
+        assert!(tokio::time::Instant::now() < deadline, "views not updated");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    server.with(|t| t.delete("/cfg/a/deep")).expect("deep");
+    server.with(|t| t.delete("/cfg/a")).expect("a");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while node.get().is_some() || kids.children().len() != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "deletion not seen");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    node.cache().close().await;
+    kids.cache().close().await;
+}
