@@ -189,6 +189,7 @@ impl Core {
         let result = write_result(&reply_as, applied);
         let reply = Reply { xid, zxid, result };
         self.send_reply(id, &reply, started);
+        self.stats.update_latency.record_since(started);
         if let ReplyAs::CloseSession = reply_as {
             if let Some(conn) = self.conns.get_mut(&id) {
                 conn.state = ConnState::Closing;

@@ -91,6 +91,9 @@ pub(crate) enum CoreMsg {
     Connect {
         conn: ConnId,
         peer: SocketAddr,
+        /// What the connection holds before any auth packet (its address; a
+        /// TLS client certificate's `x509` subject).
+        auth: AuthInfo,
         outbox: Arc<Outbox>,
         req: ConnectRequest,
     },
@@ -107,6 +110,12 @@ pub(crate) enum CoreMsg {
         word: FourLetterWord,
         reply: oneshot::Sender<String>,
     },
+    /// An owned stats snapshot (AdminServer, metrics); `details` adds watch,
+    /// session and ephemeral lists and directory sizes.
+    Stats {
+        details: bool,
+        reply: oneshot::Sender<crate::stats::ServerStats>,
+    },
     /// Graceful shutdown: finish in-flight writes, then close everything.
     Shutdown,
 }
@@ -118,8 +127,6 @@ pub(crate) struct CoreConfig {
     /// This member's id (1 standalone): the top byte of the session ids it
     /// allocates and the `origin` of the txns its clients cause.
     pub(crate) server_id: u64,
-    /// Voting members of the ensemble (1 standalone: `srvr` says standalone).
-    pub(crate) voters: usize,
 }
 
 /// A session of the replicated session table, with this member's attachment.
@@ -247,6 +254,7 @@ pub(crate) enum InFlight {
 pub(crate) struct HeldConnect {
     pub(crate) conn: ConnId,
     pub(crate) peer: SocketAddr,
+    pub(crate) auth: AuthInfo,
     pub(crate) outbox: Arc<Outbox>,
     pub(crate) req: ConnectRequest,
     /// Requests the client pipelined behind its ConnectRequest.
@@ -282,6 +290,9 @@ pub(crate) struct Stats {
     pub(crate) last_response_bytes: usize,
     pub(crate) min_response_bytes: usize,
     pub(crate) max_response_bytes: usize,
+    /// ZooKeeper's `readlatency` and `updatelatency` summaries.
+    pub(crate) read_latency: crate::stats::Latency,
+    pub(crate) update_latency: crate::stats::Latency,
 }
 
 /// The core task's state.
@@ -474,13 +485,17 @@ impl Core {
             CoreMsg::Connect {
                 conn,
                 peer,
+                auth,
                 outbox,
                 req,
-            } => self.on_connect(conn, peer, outbox, req),
+            } => self.on_connect(conn, peer, auth, outbox, req),
             CoreMsg::Request { conn, req, permit } => self.on_request(conn, req, permit),
             CoreMsg::Closed { conn } => self.on_closed(conn),
             CoreMsg::FourLetter { word, reply } => {
                 let _ = reply.send(self.four_letter(word));
+            }
+            CoreMsg::Stats { details, reply } => {
+                let _ = reply.send(self.stats_snapshot(details));
             }
             CoreMsg::Shutdown => self.begin_shutdown(),
         }
@@ -532,7 +547,7 @@ impl Core {
         let held: Vec<HeldConnect> = self.held_connects.drain(..).collect();
         for h in held {
             let id = h.conn;
-            self.on_connect(id, h.peer, h.outbox, h.req);
+            self.on_connect(id, h.peer, h.auth, h.outbox, h.req);
             for (req, permit) in h.backlog {
                 self.on_request(id, req, permit);
             }
@@ -879,6 +894,7 @@ impl Core {
                 Pending::Read { frame, started, .. } => {
                     let reply = self.serve_read(id, &frame);
                     self.send_reply(id, &reply, started);
+                    self.stats.read_latency.record_since(started);
                 }
                 Pending::Error {
                     xid, code, started, ..

@@ -31,6 +31,7 @@
 #![deny(missing_docs)]
 
 pub mod acl;
+mod admin;
 pub mod apply;
 mod commit;
 pub mod config;
@@ -40,6 +41,7 @@ mod forward;
 mod fourlw;
 mod leader;
 pub mod logging;
+mod metrics;
 pub mod outbox;
 pub mod path;
 pub mod prep;
@@ -49,6 +51,8 @@ mod route;
 mod server;
 mod sessions;
 mod snapshot;
+mod stats;
+pub mod tls;
 pub mod tree;
 pub mod txn;
 pub mod watch;
@@ -58,7 +62,9 @@ mod replay_tests;
 
 pub use crate::core::CoreError;
 pub use replication::{open_replicator, server_id, Membership, ReplicationError};
-pub use server::{run, serve, serve_member, ServerError};
+pub use server::{
+    run, run_listeners, serve, serve_listeners, serve_member, Listeners, ServerError,
+};
 
 /// The README's example is compiled as a doctest so that it cannot rot.
 #[cfg(doctest)]

@@ -39,6 +39,7 @@ impl Core {
         &mut self,
         id: ConnId,
         peer: SocketAddr,
+        auth: AuthInfo,
         outbox: Arc<Outbox>,
         req: ConnectRequest,
     ) {
@@ -56,6 +57,7 @@ impl Core {
             self.held_connects.push_back(HeldConnect {
                 conn: id,
                 peer,
+                auth,
                 outbox,
                 req,
                 backlog: Vec::new(),
@@ -78,7 +80,7 @@ impl Core {
         let mut conn = Conn {
             outbox,
             peer,
-            auth: AuthInfo::for_peer(peer.ip()),
+            auth,
             state: ConnState::Connecting,
             backlog: VecDeque::new(),
             queue: VecDeque::new(),
