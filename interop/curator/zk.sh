@@ -24,16 +24,21 @@ CFG
     -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.server.ZooKeeperServerMain \
     "$dir/zoo.cfg" >"$dir/zk.log" 2>&1 &
   echo $! >"$dir/pid"
-  for _ in $(seq 1 100); do
-    if python3 - "$port" <<'PY' 2>/dev/null; then break; fi
+  # Up to 30 s (a cold JVM on a loaded machine); the address is printed only once
+  # ZooKeeper answers ruok.
+  for _ in $(seq 1 300); do
+    if python3 - "$port" <<'PY' 2>/dev/null; then echo "127.0.0.1:$port"; exit 0; fi
 import socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1)
 s.send(b"ruok")
 sys.exit(0 if s.recv(4) == b"imok" else 1)
 PY
+    kill -0 "$(cat "$dir/pid")" 2>/dev/null || break
     sleep 0.1
   done
-  echo "127.0.0.1:$port"
+  echo "zk.sh: Apache ZooKeeper did not answer ruok on port $port; its log:" >&2
+  tail -20 "$dir/zk.log" >&2
+  exit 1
   ;;
 stop)
   if [ -f "$dir/pid" ]; then kill "$(cat "$dir/pid")" 2>/dev/null || true; rm -f "$dir/pid"; fi

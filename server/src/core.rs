@@ -80,6 +80,9 @@ pub(crate) enum CoreMsg {
     Connect {
         conn: ConnId,
         peer: SocketAddr,
+        /// What the connection holds before any auth packet (its address; a
+        /// TLS client certificate's `x509` subject).
+        auth: AuthInfo,
         outbox: Arc<Outbox>,
         req: ConnectRequest,
     },
@@ -95,6 +98,12 @@ pub(crate) enum CoreMsg {
     FourLetter {
         word: FourLetterWord,
         reply: oneshot::Sender<String>,
+    },
+    /// An owned stats snapshot (AdminServer, metrics); `details` adds watch,
+    /// session and ephemeral lists and directory sizes.
+    Stats {
+        details: bool,
+        reply: oneshot::Sender<crate::stats::ServerStats>,
     },
     /// Graceful shutdown: finish in-flight writes, then close everything.
     Shutdown,
@@ -257,12 +266,15 @@ pub(crate) struct Stats {
     pub(crate) last_response_bytes: usize,
     pub(crate) min_response_bytes: usize,
     pub(crate) max_response_bytes: usize,
+    /// ZooKeeper's `readlatency` and `updatelatency` summaries.
+    pub(crate) read_latency: crate::stats::Latency,
+    pub(crate) update_latency: crate::stats::Latency,
 }
 
 /// The core task's state.
 pub(crate) struct Core {
     pub(crate) cfg: CoreConfig,
-    replicator: Arc<dyn Replicator>,
+    pub(crate) replicator: Arc<dyn Replicator>,
     commits: CommitStream,
     pub(crate) tree: DataTree,
     prep: Prep,
@@ -482,13 +494,17 @@ impl Core {
             CoreMsg::Connect {
                 conn,
                 peer,
+                auth,
                 outbox,
                 req,
-            } => self.on_connect(conn, peer, outbox, req),
+            } => self.on_connect(conn, peer, auth, outbox, req),
             CoreMsg::Request { conn, req, permit } => self.on_request(conn, req, permit),
             CoreMsg::Closed { conn } => self.on_closed(conn),
             CoreMsg::FourLetter { word, reply } => {
                 let _ = reply.send(self.four_letter(word));
+            }
+            CoreMsg::Stats { details, reply } => {
+                let _ = reply.send(self.stats_snapshot(details));
             }
             CoreMsg::Shutdown => self.begin_shutdown(),
         }
@@ -506,6 +522,7 @@ impl Core {
         &mut self,
         id: ConnId,
         peer: SocketAddr,
+        auth: AuthInfo,
         outbox: Arc<Outbox>,
         req: ConnectRequest,
     ) {
@@ -529,7 +546,7 @@ impl Core {
         let mut conn = Conn {
             outbox,
             peer,
-            auth: AuthInfo::for_peer(peer.ip()),
+            auth,
             state: ConnState::Connecting,
             backlog: VecDeque::new(),
             queue: VecDeque::new(),
@@ -974,6 +991,7 @@ impl Core {
                 Pending::Read { frame, started, .. } => {
                     let reply = self.serve_read(id, &frame);
                     self.send_reply(id, &reply, started);
+                    self.stats.read_latency.record_since(started);
                 }
                 Pending::Error {
                     xid, code, started, ..
@@ -1505,6 +1523,7 @@ impl Core {
         let result = write_result(&reply_as, applied);
         let reply = Reply { xid, zxid, result };
         self.send_reply(id, &reply, started);
+        self.stats.update_latency.record_since(started);
         if let ReplyAs::CloseSession = reply_as {
             if let Some(conn) = self.conns.get_mut(&id) {
                 conn.state = ConnState::Closing;

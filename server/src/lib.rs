@@ -31,16 +31,20 @@
 #![deny(missing_docs)]
 
 pub mod acl;
+mod admin;
 pub mod apply;
 pub mod config;
 mod conn;
 mod core;
 mod fourlw;
 pub mod logging;
+mod metrics;
 pub mod outbox;
 pub mod path;
 pub mod prep;
 mod server;
+mod stats;
+pub mod tls;
 pub mod tree;
 pub mod txn;
 pub mod watch;
@@ -49,7 +53,9 @@ pub mod watch;
 mod replay_tests;
 
 pub use crate::core::CoreError;
-pub use server::{open_standalone, run, serve, server_id, ServerError};
+pub use server::{
+    open_standalone, run, run_listeners, serve, serve_listeners, server_id, Listeners, ServerError,
+};
 
 /// The README's example is compiled as a doctest so that it cannot rot.
 #[cfg(doctest)]

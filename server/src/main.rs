@@ -107,7 +107,33 @@ async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.client_addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.client_addr))?;
-    rzk_server::serve(config, vec![listener], shutdown_signal()).await?;
+    let mut listeners = rzk_server::Listeners {
+        plain: vec![listener],
+        ..Default::default()
+    };
+    if let Some(addr) = config.metrics_addr {
+        // As ZooKeeper: a metrics provider that cannot start stops the server.
+        let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            anyhow::anyhow!("cannot listen on {addr} (metricsProvider.httpPort): {e}")
+        })?;
+        listeners.metrics = Some(l);
+    }
+    if let Some(addr) = config.admin_addr {
+        // As ZooKeeper: an AdminServer that cannot start is a warning.
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => listeners.admin = Some(l),
+            Err(e) => {
+                tracing::warn!(%addr, error = %e, "cannot start the AdminServer (admin.serverPort); going on without it")
+            }
+        }
+    }
+    if let Some(addr) = config.secure_client_addr {
+        let secure = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (secureClientPort): {e}"))?;
+        listeners.secure.push(secure);
+    }
+    rzk_server::serve_listeners(config, listeners, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
 }

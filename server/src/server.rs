@@ -14,9 +14,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 
+use crate::acl::AuthInfo;
 use crate::config::ServerConfig;
 use crate::conn::{self, ConnCtx};
 use crate::core::{Core, CoreConfig, CoreError, CoreMsg};
+use crate::tls::{TlsAcceptor, TlsError};
 
 /// Why the server stopped or could not start.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +29,9 @@ pub enum ServerError {
     /// Replication or recovery failed.
     #[error(transparent)]
     Core(#[from] CoreError),
+    /// The secure client port's TLS settings cannot be used.
+    #[error("secure client port: {0}")]
+    Tls(#[from] TlsError),
     /// `myid` could not be read.
     #[error("cannot read {path}: {reason}")]
     MyId {
@@ -90,17 +95,84 @@ pub async fn serve(
     listeners: Vec<TcpListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
+    serve_listeners(
+        config,
+        Listeners {
+            plain: listeners,
+            ..Listeners::default()
+        },
+        shutdown,
+    )
+    .await
+}
+
+/// The sockets a server accepts clients on.
+#[derive(Debug, Default)]
+pub struct Listeners {
+    /// `clientPort`: plaintext.
+    pub plain: Vec<TcpListener>,
+    /// `secureClientPort`: TLS with the configuration's `ssl.*` settings.
+    pub secure: Vec<TcpListener>,
+    /// The AdminServer's HTTP port (`admin.serverPort`), if enabled.
+    pub admin: Option<TcpListener>,
+    /// The Prometheus endpoint (`metricsProvider.httpPort`), if enabled.
+    pub metrics: Option<TcpListener>,
+}
+
+/// [`serve`] with plain and secure listeners. The TLS settings are checked
+/// before the data directory is opened.
+pub async fn serve_listeners(
+    config: ServerConfig,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let tls = tls_for(&config, &listeners)?;
     let quorum = open_standalone(&config).await?;
     let replicator: Arc<dyn Replicator> = quorum.clone();
-    let result = run(listeners, config, replicator, shutdown).await;
+    let result = run_inner(listeners, tls, config, replicator, shutdown).await;
     quorum.shutdown().await;
     result
+}
+
+fn tls_for(
+    config: &ServerConfig,
+    listeners: &Listeners,
+) -> Result<Option<Arc<TlsAcceptor>>, ServerError> {
+    if listeners.secure.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(TlsAcceptor::new(&config.tls)?)))
 }
 
 /// Serves clients on `listeners` with `replicator` until `shutdown`
 /// completes or replication fails.
 pub async fn run(
     listeners: Vec<TcpListener>,
+    config: ServerConfig,
+    replicator: Arc<dyn Replicator>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let listeners = Listeners {
+        plain: listeners,
+        ..Listeners::default()
+    };
+    run_inner(listeners, None, config, replicator, shutdown).await
+}
+
+/// [`run`] with plain and secure listeners.
+pub async fn run_listeners(
+    listeners: Listeners,
+    config: ServerConfig,
+    replicator: Arc<dyn Replicator>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let tls = tls_for(&config, &listeners)?;
+    run_inner(listeners, tls, config, replicator, shutdown).await
+}
+
+async fn run_inner(
+    listeners: Listeners,
+    tls: Option<Arc<TlsAcceptor>>,
     config: ServerConfig,
     replicator: Arc<dyn Replicator>,
     shutdown: impl Future<Output = ()>,
@@ -127,18 +199,35 @@ pub async fn run(
         sessionless_timeout: Duration::from_millis(config.sessionless_timeout_ms),
         whitelist: config.four_letter_words.clone(),
     });
-    let (accepted_tx, mut accepted) = mpsc::channel::<(TcpStream, SocketAddr)>(64);
+    // Each accepted socket with the TLS acceptor of its listener, if secure.
+    type Accepted = (TcpStream, SocketAddr, Option<Arc<TlsAcceptor>>);
+    let (accepted_tx, mut accepted) = mpsc::channel::<Accepted>(64);
     let mut acceptors = JoinSet::new();
-    for listener in listeners {
+    // The HTTP endpoints read snapshots from the core; they stop with the server.
+    let mut http = JoinSet::new();
+    if let Some(l) = listeners.admin {
+        let url = config.admin_command_url.clone();
+        http.spawn(crate::admin::serve(l, core_tx.clone(), url));
+    }
+    if let Some(l) = listeners.metrics {
+        http.spawn(crate::metrics::serve(l, core_tx.clone()));
+    }
+    let plain = listeners.plain.into_iter().map(|l| (l, None));
+    let secure = listeners.secure.into_iter().map(|l| (l, tls.clone()));
+    for (listener, tls) in plain.chain(secure) {
         if let Ok(addr) = listener.local_addr() {
-            tracing::info!(%addr, "serving clients");
+            if tls.is_some() {
+                tracing::info!(%addr, "serving TLS clients");
+            } else {
+                tracing::info!(%addr, "serving clients");
+            }
         }
         let tx = accepted_tx.clone();
         acceptors.spawn(async move {
             loop {
                 match listener.accept().await {
-                    Ok(pair) => {
-                        if tx.send(pair).await.is_err() {
+                    Ok((stream, peer)) => {
+                        if tx.send((stream, peer, tls.clone())).await.is_err() {
                             return;
                         }
                     }
@@ -161,7 +250,7 @@ pub async fn run(
         tokio::select! {
             _ = &mut shutdown => break None,
             r = &mut core_task => break Some(r),
-            Some((stream, peer)) = accepted.recv() => {
+            Some((stream, peer, tls)) = accepted.recv() => {
                 let ip = peer.ip();
                 let n = per_ip.entry(ip).or_insert(0);
                 if per_ip_max > 0 && *n >= per_ip_max {
@@ -174,7 +263,10 @@ pub async fn run(
                 next_id += 1;
                 let ctx = ctx.clone();
                 conns.spawn(async move {
-                    conn::serve(stream, peer, id, ctx).await;
+                    match tls {
+                        None => conn::serve(stream, peer, id, ctx).await,
+                        Some(tls) => serve_tls(&tls, stream, peer, id, ctx).await,
+                    }
                     ip
                 });
             }
@@ -191,6 +283,7 @@ pub async fn run(
         }
     };
     acceptors.abort_all();
+    http.abort_all();
     let core_result = match core_result {
         Some(r) => r,
         None => {
@@ -211,6 +304,43 @@ pub async fn run(
             "core task failed: {e}"
         )))),
     }
+}
+
+/// Runs the TLS handshake (bounded by the sessionless timeout, so a client
+/// that connects and says nothing cannot hold the slot), then serves the
+/// connection. A failed handshake is one warning line and a closed socket.
+async fn serve_tls(
+    tls: &TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    id: crate::watch::ConnId,
+    ctx: Arc<ConnCtx>,
+) {
+    let _ = stream.set_nodelay(true);
+    let (tls_stream, identity) = match tokio::time::timeout(
+        ctx.sessionless_timeout,
+        tls.accept(stream),
+    )
+    .await
+    {
+        Ok(Ok(done)) => done,
+        Ok(Err(e)) => {
+            tracing::warn!(%peer, error = %e, "refused a connection on the secure client port");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%peer, "refused a connection on the secure client port: no TLS handshake within the sessionless timeout");
+            return;
+        }
+    };
+    let mut auth = AuthInfo::for_peer(peer.ip());
+    if let Some(who) = identity {
+        tracing::debug!(%peer, subject = %who.subject, "TLS client certificate");
+        auth.add("x509", &who.subject);
+        auth.is_super |= who.is_super;
+    }
+    let (rd, wr) = tokio::io::split(tls_stream);
+    conn::serve_split(rd, wr, peer, auth, id, ctx).await;
 }
 
 #[cfg(test)]

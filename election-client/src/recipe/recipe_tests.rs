@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::fake::{FakeServer, Kind};
@@ -23,6 +24,7 @@ fn cfg(id: &str) -> LatchConfig {
 async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !f() {
+        rzk_testkit::check_panics();
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -41,6 +43,7 @@ async fn next_granted(latch: &mut LeaderLatch) -> Grant {
 
 #[tokio::test(start_paused = true)]
 async fn seed_latch_regains_leadership_after_expiry_with_parent_collected() {
+    let _trap = rzk_testkit::PanicTrap::new();
     // The seed (leader-latch-session-expiry.txt): the session expires, the ephemeral goes,
     // the empty container parent is collected, connectivity returns.
     let server = FakeServer::default();
@@ -79,6 +82,7 @@ async fn seed_latch_regains_leadership_after_expiry_with_parent_collected() {
 
 #[tokio::test(start_paused = true)]
 async fn leadership_moves_when_the_leader_session_ends_and_the_old_leader_rejoins() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     let (ca, cb) = (server.client(), server.client());
     let mut a = LeaderLatch::start(ca.clone(), cfg("a"));
@@ -118,6 +122,7 @@ async fn leadership_moves_when_the_leader_session_ends_and_the_old_leader_rejoin
 
 #[tokio::test(start_paused = true)]
 async fn client_side_lost_with_the_old_node_still_alive_never_makes_two_leaders() {
+    let _trap = rzk_testkit::PanicTrap::new();
     // CURATOR-696: LOST from the local timer; the server still holds the old session and
     // its node, which sorts first.
     let server = FakeServer::default();
@@ -171,29 +176,52 @@ async fn client_side_lost_with_the_old_node_still_alive_never_makes_two_leaders(
 async fn check_then_gc_race_on_create_is_retried() {
     // The reviewer's race in the seed: the parent exists when checked, then the reaper
     // deletes it before the candidate is created.
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     let client = server.client();
-    for _ in 0..3 {
-        server.before(Kind::Create, |t| {
+    // A used, empty container parent: it had a candidate, which is gone. The reaper
+    // collects exactly such parents.
+    let old = client
+        .create_candidate(PARENT, "old-", Bytes::new())
+        .await
+        .expect("old candidate");
+    server.with(|t| t.delete(&old)).expect("delete it");
+    assert!(server.with(|t| t.exists(PARENT)));
+    // Each hook runs after the latch saw (or made) the parent and before its candidate
+    // is created, and counts the parents it removed. The first is the reaper alone (the
+    // used, empty parent is due); the next two delete the recreated, never-used parent
+    // as a reaper with `maxNeverUsedIntervalMs` would.
+    let removed = Arc::new(AtomicUsize::new(0));
+    for i in 0..3 {
+        let removed = removed.clone();
+        server.before(Kind::Create, move |t| {
+            assert!(t.exists(PARENT), "hook {i}: the parent exists when checked");
             t.gc_containers();
-            let _ = t.delete(PARENT);
+            if i > 0 {
+                let _ = t.delete(PARENT);
+            }
+            if !t.exists(PARENT) {
+                removed.fetch_add(1, Ordering::SeqCst);
+            }
             None
         });
     }
-    // A used, empty parent for the reaper to collect.
-    server.with(|t| {
-        let _ = t.children_of("/");
-    });
     let mut latch = LeaderLatch::start(client.clone(), cfg("a"));
     client.publish(&[ConnectionState::Connected {
         session: client.session().expect("s"),
     }]);
     let g = next_granted(&mut latch).await;
+    assert_eq!(
+        removed.load(Ordering::SeqCst),
+        3,
+        "every create met a parent collected after the check"
+    );
     assert!(server.with(|t| t.exists(&g.node)));
 }
 
 #[tokio::test(start_paused = true)]
 async fn nonode_on_listing_recreates_parent_and_candidate() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     let client = server.client();
     let session = client.session().expect("s");
@@ -213,6 +241,7 @@ async fn nonode_on_listing_recreates_parent_and_candidate() {
 
 #[tokio::test(start_paused = true)]
 async fn expiry_while_fencing_returns_to_candidacy_and_wins_on_the_new_session() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     let client = server.client();
     let s1 = client.session().expect("s");
@@ -242,6 +271,7 @@ async fn expiry_while_fencing_returns_to_candidacy_and_wins_on_the_new_session()
 
 #[tokio::test(start_paused = true)]
 async fn suspension_without_loss_keeps_the_same_candidate_node() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     let client = server.client();
     let s = client.session().expect("s");
@@ -261,6 +291,7 @@ async fn suspension_without_loss_keeps_the_same_candidate_node() {
 
 #[tokio::test(start_paused = true)]
 async fn close_deletes_the_candidate_and_reports_revocation() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     let client = server.client();
     let mut latch = LeaderLatch::start(client.clone(), cfg("a"));
@@ -280,6 +311,7 @@ async fn close_deletes_the_candidate_and_reports_revocation() {
 
 #[tokio::test(start_paused = true)]
 async fn stream_end_closes_the_latch() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     let client = server.client();
     let mut latch = LeaderLatch::start(client.clone(), cfg("a"));
@@ -297,6 +329,7 @@ async fn stream_end_closes_the_latch() {
 
 #[tokio::test(start_paused = true)]
 async fn selector_holds_leadership_until_the_callback_returns_and_requeues() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     let client = server.client();
     let runs = Arc::new(AtomicUsize::new(0));
@@ -337,6 +370,7 @@ async fn selector_holds_leadership_until_the_callback_returns_and_requeues() {
 
 #[tokio::test(start_paused = true)]
 async fn selector_callback_learns_of_suspension() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     let client = server.client();
     let revoked = Arc::new(std::sync::Mutex::new(None));
@@ -368,6 +402,7 @@ async fn selector_callback_learns_of_suspension() {
 
 #[tokio::test(start_paused = true)]
 async fn mutex_excludes_and_hands_over() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     let (ca, cb) = (server.client(), server.client());
     ca.publish(&[ConnectionState::Connected {
@@ -397,6 +432,7 @@ async fn mutex_excludes_and_hands_over() {
 
 #[tokio::test(start_paused = true)]
 async fn mutex_lost_with_its_session_is_reported() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     let client = server.client();
     let s = client.session().expect("s");
@@ -418,14 +454,18 @@ async fn mutex_lost_with_its_session_is_reported() {
 }
 
 /// Three latches on three fake clients under seeded random suspensions, server-side
-/// expiries, container collection and parent wipes, in simulated time. After every run:
-/// no fencing epoch was granted twice, and once everyone is connected again exactly one
-/// latch leads, through a live node of its current session (nothing idles).
+/// expiries, container collection and parent wipes, in simulated time. Throughout each
+/// run, after every fault and every 10 ms of simulated time: at most one latch believes
+/// it leads. After every run: no fencing epoch was granted twice, and once everyone is
+/// connected again exactly one latch leads, through a live node of its current session
+/// (nothing idles). A violation prints the seed and the run's timeline.
 #[tokio::test(start_paused = true)]
 async fn seeded_random_faults_never_share_an_epoch_and_always_end_with_one_leader() {
+    use futures::FutureExt;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
+    let _trap = rzk_testkit::PanicTrap::new();
     for seed in 0..25u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let server = FakeServer::default();
@@ -433,42 +473,53 @@ async fn seeded_random_faults_never_share_an_epoch_and_always_end_with_one_leade
         let clients: Vec<_> = (0..n).map(|_| server.client()).collect();
         let mut sessions: Vec<SessionId> =
             clients.iter().map(|c| c.session().expect("s")).collect();
-        let grants = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+        let t0 = Instant::now();
+        let mut timeline: Vec<String> = Vec::new();
+        let mut epochs: Vec<u64> = Vec::new();
         let mut latches = Vec::new();
         for (i, c) in clients.iter().enumerate() {
-            let mut latch = LeaderLatch::start(c.clone(), cfg(&format!("c{i}")));
+            latches.push(LeaderLatch::start(c.clone(), cfg(&format!("c{i}"))));
             c.publish(&[ConnectionState::Connected {
                 session: sessions[i],
             }]);
-            let g = grants.clone();
-            let (tx, rx) = tokio::sync::watch::channel(None);
-            tokio::spawn(async move {
-                while let Some(ev) = latch.next_event().await {
-                    match ev {
-                        RecipeEvent::Granted(grant) => {
-                            g.lock()
-                                .expect("grants")
-                                .push(grant.token.expect("fenced").epoch);
-                            tx.send_replace(Some(grant));
-                        }
-                        RecipeEvent::Revoked(_) => {
-                            tx.send_replace(None);
-                        }
-                        RecipeEvent::Ended => break,
-                    }
-                }
-            });
-            latches.push(rx);
         }
+        // Reads every latch's pending events into the timeline, then checks that at
+        // most one latch believes it leads (its grant is set from the moment the
+        // machine grants until it revokes).
+        let mut observe = |latches: &mut Vec<LeaderLatch>, timeline: &mut Vec<String>| {
+            let at = t0.elapsed().as_millis();
+            for (i, l) in latches.iter_mut().enumerate() {
+                while let Some(Some(ev)) = l.next_event().now_or_never() {
+                    if let RecipeEvent::Granted(g) = &ev {
+                        epochs.push(g.token.expect("fenced").epoch);
+                    }
+                    timeline.push(format!("{at:>6} ms c{i} {ev:?}"));
+                }
+            }
+            let leading: Vec<usize> = (0..latches.len())
+                .filter(|i| latches[*i].is_leader())
+                .collect();
+            assert!(
+                leading.len() <= 1,
+                "seed {seed}: {leading:?} believe they lead at once at {at} ms; timeline:\n{}",
+                timeline.join("\n")
+            );
+        };
         for _ in 0..40 {
             let i = rng.random_range(0..n);
+            let at = t0.elapsed().as_millis();
             match rng.random_range(0..6) {
-                0 if clients[i].session().is_some() => clients[i].suspend(),
+                0 if clients[i].session().is_some() => {
+                    timeline.push(format!("{at:>6} ms fault: c{i} suspended"));
+                    clients[i].suspend();
+                }
                 1 if clients[i].session().is_none() => {
                     let alive = !server_dead(&server, sessions[i]);
                     if alive {
+                        timeline.push(format!("{at:>6} ms fault: c{i} resumes its session"));
                         clients[i].resume(sessions[i]);
                     } else {
+                        timeline.push(format!("{at:>6} ms fault: c{i} LOST, new session"));
                         sessions[i] = clients[i].connect_new();
                         clients[i].publish(&[
                             ConnectionState::Lost,
@@ -481,16 +532,21 @@ async fn seeded_random_faults_never_share_an_epoch_and_always_end_with_one_leade
                 2 => {
                     // The server expires the session (the client is cut off first, as a
                     // real client would be when its session dies).
+                    timeline.push(format!("{at:>6} ms fault: c{i}'s session expires"));
                     if clients[i].session().is_some() {
                         clients[i].suspend();
                     }
                     let s = sessions[i];
                     server.with(|t| t.end_session(s));
                 }
-                3 => server.with(|t| t.gc_containers()),
+                3 => {
+                    timeline.push(format!("{at:>6} ms fault: containers collected"));
+                    server.with(|t| t.gc_containers());
+                }
                 4 => {
                     // The election subtree is wiped under live sessions (an operator's
                     // deleteall, an ensemble rebuilt): listings get NONODE.
+                    timeline.push(format!("{at:>6} ms fault: election subtree wiped"));
                     server.with(|t| {
                         for child in t.children_of(PARENT).unwrap_or_default() {
                             let _ = t.delete(&format!("{PARENT}/{child}"));
@@ -500,7 +556,14 @@ async fn seeded_random_faults_never_share_an_epoch_and_always_end_with_one_leade
                 }
                 _ => {}
             }
-            tokio::time::sleep(Duration::from_millis(rng.random_range(0..400))).await;
+            observe(&mut latches, &mut timeline);
+            // The faults' spacing, sampled every 10 ms.
+            let pause = rng.random_range(0..400u64);
+            let until = Instant::now() + Duration::from_millis(pause);
+            while Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(10).min(until - Instant::now())).await;
+                observe(&mut latches, &mut timeline);
+            }
         }
         // Heal everything.
         for i in 0..n {
@@ -518,26 +581,29 @@ async fn seeded_random_faults_never_share_an_epoch_and_always_end_with_one_leade
                 }
             }
         }
-        let one_leader = || {
-            let leaders: Vec<Grant> = latches.iter().filter_map(|l| l.borrow().clone()).collect();
+        let one_leader = |latches: &Vec<LeaderLatch>| {
+            let leaders: Vec<Grant> = latches.iter().filter_map(|l| l.leadership()).collect();
             leaders.len() == 1
                 && server.with(|t| t.exists(&leaders[0].node))
                 && sessions.contains(&leaders[0].session)
         };
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !one_leader() {
+        while !one_leader(&latches) {
             assert!(
                 Instant::now() < deadline,
-                "seed {seed}: not exactly one live leader after healing"
+                "seed {seed}: not exactly one live leader after healing; timeline:\n{}",
+                timeline.join("\n")
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
+            observe(&mut latches, &mut timeline);
         }
-        let epochs = grants.lock().expect("grants").clone();
+        observe(&mut latches, &mut timeline);
         let unique: std::collections::HashSet<u64> = epochs.iter().copied().collect();
         assert_eq!(
             unique.len(),
             epochs.len(),
-            "seed {seed}: an epoch granted twice: {epochs:?}"
+            "seed {seed}: an epoch granted twice: {epochs:?}; timeline:\n{}",
+            timeline.join("\n")
         );
         for c in &clients {
             c.close();
@@ -551,6 +617,7 @@ fn server_dead(server: &FakeServer, session: SessionId) -> bool {
 
 #[tokio::test(start_paused = true)]
 async fn selector_close_aborts_a_callback_that_ignores_revocation() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     let client = server.client();
     let started = Arc::new(AtomicUsize::new(0));
@@ -578,4 +645,47 @@ async fn selector_close_aborts_a_callback_that_ignores_revocation() {
         server.with(|t| t.children_of(PARENT).unwrap_or_default().is_empty())
     })
     .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_leadership_callback_ends_its_period_and_close_resumes_the_panic() {
+    let trap = rzk_testkit::PanicTrap::new();
+    let server = FakeServer::default();
+    let client = server.client();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let selector = LeaderSelector::start(client.clone(), cfg("a"), true, move |_: Leadership| {
+        let r = r.clone();
+        async move {
+            let n = r.fetch_add(1, Ordering::SeqCst);
+            assert!(n > 0, "the first leadership period fails its check");
+            // Lead a while (in simulated time: a callback that returns at once would
+            // requeue and lead again without time ever passing).
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    client.publish(&[ConnectionState::Connected {
+        session: client.session().expect("s"),
+    }]);
+    // The panic ends that leadership; the selector requeues and leads again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while runs.load(Ordering::SeqCst) < 2 {
+        assert!(Instant::now() < deadline, "no second leadership period");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let caught = trap.take();
+    assert_eq!(caught.len(), 1, "{caught:?}");
+    assert!(caught[0]
+        .message
+        .contains("the first leadership period fails its check"));
+    // close() resumes the callback's panic in its caller.
+    let closed = tokio::spawn(selector.close()).await;
+    let panic = closed
+        .expect_err("close resumes the callback's panic")
+        .into_panic();
+    assert_eq!(
+        panic.downcast_ref::<&str>(),
+        Some(&"the first leadership period fails its check")
+    );
+    trap.take();
 }

@@ -45,11 +45,18 @@ impl Leadership {
 /// `auto_requeue`) a fresh one queues again. A revocation while the callback runs is
 /// signalled through [`Leadership::revoked`]. The callback never runs twice at once, and
 /// runs on its own task, so it may use the client freely.
+///
+/// A callback that panics ends that leadership (the candidate is released, and
+/// requeued with `auto_requeue`); the panic is not lost: [`close`](LeaderSelector::close)
+/// resumes the first one once the selector has stopped, as joining a thread would.
 #[derive(Debug)]
 pub struct LeaderSelector {
-    supervisor: JoinHandle<()>,
+    supervisor: JoinHandle<Option<PanicPayload>>,
     close: watch::Sender<bool>,
 }
+
+/// What a panicking callback panicked with.
+type PanicPayload = Box<dyn std::any::Any + Send + 'static>;
 
 impl LeaderSelector {
     /// Start contending.
@@ -75,9 +82,18 @@ impl LeaderSelector {
 
     /// Stop: revoke a running leadership, wait for the callback to return (at most
     /// [`CALLBACK_GRACE`], then it is aborted), delete the candidate node.
+    ///
+    /// # Panics
+    /// If a leadership callback panicked while the selector ran, `close` resumes the
+    /// first such panic after stopping (a callback's bug must not be lost in a log).
     pub async fn close(self) {
         let _ = self.close.send(true);
-        let _ = self.supervisor.await;
+        match self.supervisor.await {
+            Ok(None) => {}
+            Ok(Some(panic)) => std::panic::resume_unwind(panic),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => {}
+        }
     }
 }
 
@@ -86,30 +102,42 @@ async fn supervise<F, Fut>(
     auto_requeue: bool,
     take_leadership: F,
     mut close: watch::Receiver<bool>,
-) where
+) -> Option<PanicPayload>
+where
     F: Fn(Leadership) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let mut running: Option<(JoinHandle<()>, watch::Sender<Option<Revoked>>)> = None;
+    // The first callback panic, resumed by `close`.
+    let mut panicked: Option<PanicPayload> = None;
+    let mut keep = |r: Result<(), tokio::task::JoinError>| {
+        if let Err(e) = r {
+            if e.is_panic() {
+                tracing::warn!("leadership callback panicked");
+                panicked.get_or_insert(e.into_panic());
+            }
+        }
+    };
     loop {
         tokio::select! {
             _ = close.changed() => {
                 if let Some((mut task, revoke)) = running.take() {
                     revoke.send_replace(Some(Revoked::Closed));
                     // A callback that ignores its revocation must not hang close().
-                    if tokio::time::timeout(CALLBACK_GRACE, &mut task).await.is_err() {
-                        tracing::warn!("leadership callback ignored its revocation; aborting it");
-                        task.abort();
+                    match tokio::time::timeout(CALLBACK_GRACE, &mut task).await {
+                        Ok(r) => keep(r),
+                        Err(_) => {
+                            tracing::warn!("leadership callback ignored its revocation; aborting it");
+                            task.abort();
+                        }
                     }
                 }
                 driver.close().await;
-                return;
+                return panicked;
             }
             // The callback returned: leadership ends with it.
             done = async { match running.as_mut() { Some((t, _)) => t.await, None => futures::future::pending().await } } => {
-                if let Err(e) = done {
-                    tracing::warn!(error = %e, "leadership callback panicked");
-                }
+                keep(done);
                 running = None;
                 driver.release(auto_requeue);
             }
@@ -127,9 +155,9 @@ async fn supervise<F, Fut>(
                 Some(RecipeEvent::Ended) | None => {
                     if let Some((task, revoke)) = running.take() {
                         revoke.send_replace(Some(Revoked::Closed));
-                        let _ = task.await;
+                        keep(task.await);
                     }
-                    return;
+                    return panicked;
                 }
             },
         }

@@ -251,6 +251,7 @@ where
 {
     let deadline = Instant::now() + limit;
     while !f().await {
+        rzk_testkit::check_panics();
         assert!(
             Instant::now() < deadline,
             "timed out after {limit:?} waiting for {what}"
