@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::core::{Config, Input, OpId, Output, Peer, StorageCmd, Tick};
 use crate::storage::{Storage, StorageError};
-use crate::transport::{Inbox, Transport};
+use crate::transport::{Inbound, Inbox, Transport};
 use crate::{
     CommitStream, Committed, PeerId, Proposal, QuorumStats, ReplicateError, Replicator, Role,
     SyncBarrier,
@@ -310,6 +310,13 @@ fn spawn_storage<S: Storage>(mut storage: S) -> StorageThread {
     (tx, done_rx, thread)
 }
 
+fn inbound(m: Inbound) -> Input {
+    match m {
+        Inbound::Message { from, msg } => Input::Message { from, msg },
+        Inbound::Disconnected { peer } => Input::PeerDisconnected { peer },
+    }
+}
+
 struct Driver<T: Transport> {
     peer: Peer,
     clock: Instant,
@@ -366,11 +373,11 @@ impl<T: Transport> Driver<T> {
                     }
                 },
                 m = inbox.recv() => {
-                    let Some((from, msg)) = m else { return };
-                    self.step(Input::Message { from, msg });
+                    let Some(m) = m else { return };
+                    self.step(inbound(m));
                     for _ in 0..256 {
-                        let Ok((from, msg)) = inbox.try_recv() else { break };
-                        self.step(Input::Message { from, msg });
+                        let Ok(m) = inbox.try_recv() else { break };
+                        self.step(inbound(m));
                     }
                 }
                 c = cmds.recv() => {

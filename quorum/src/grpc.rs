@@ -7,10 +7,17 @@
 //! directions of the pair's traffic use it. Outgoing messages wait in a bounded
 //! per-peer queue; when it is full, or no stream is up, messages are dropped:
 //! the core detects the gap and resynchronises (see [`crate::transport`]).
+//!
+//! When a stream ends (closed, reset, or replaced by a newer one from the same
+//! peer) the transport tells the core at once with
+//! [`Inbound::Disconnected`], after every message that arrived on it: a
+//! killed peer is noticed in the time its kernel takes to reset the
+//! connection, not after the core's silence timeout.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +30,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::message::{
     Entry, LearnerKind, Message, Notification, PeerState, RejectReason, SessionId, SessionMsg, Vote,
 };
-use crate::transport::{Inbox, Transport};
+use crate::transport::{Inbound, Inbox, Transport};
 use crate::PeerId;
 
 /// Generated protobuf types and gRPC stubs (`proto/quorum.proto`).
@@ -92,13 +99,54 @@ struct Link {
     tx: mpsc::Sender<Message>,
     rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Message>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// The stream currently carrying this pair's traffic (0: none). Only the
+    /// end of the current stream is reported to the core; a stale stream that
+    /// ends after a newer one took over says nothing.
+    stream: Mutex<u64>,
+    /// The task reading the stream this server accepted from the peer, if
+    /// any. Ending it (with the writer) ends the response stream, which is how
+    /// the peer learns that this server is gone.
+    reader: Mutex<Option<JoinHandle<()>>>,
 }
 
 struct Inner {
     cfg: GrpcConfig,
     links: BTreeMap<PeerId, Link>,
-    inbox: mpsc::UnboundedSender<(PeerId, Message)>,
+    inbox: mpsc::UnboundedSender<Inbound>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    next_stream: AtomicU64,
+}
+
+impl Inner {
+    /// A stream with `peer` is up; returns its number. If it replaces a live
+    /// one, that one's end is reported first: its messages in flight are lost.
+    fn stream_up(&self, peer: PeerId) -> u64 {
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed) + 1;
+        let Some(link) = self.links.get(&peer) else {
+            return id;
+        };
+        let mut cur = link.stream.lock().expect("not poisoned");
+        if *cur != 0 {
+            tracing::info!(peer = peer.0, "quorum stream replaced by a new one");
+            let _ = self.inbox.send(Inbound::Disconnected { peer });
+        }
+        *cur = id;
+        id
+    }
+
+    /// Stream `id` with `peer` ended; tells the core if it was the current one.
+    fn stream_down(&self, peer: PeerId, id: u64, why: &str) {
+        let Some(link) = self.links.get(&peer) else {
+            return;
+        };
+        let mut cur = link.stream.lock().expect("not poisoned");
+        if *cur != id {
+            return;
+        }
+        *cur = 0;
+        tracing::info!(peer = peer.0, reason = why, "quorum stream ended");
+        let _ = self.inbox.send(Inbound::Disconnected { peer });
+    }
 }
 
 /// The gRPC [`Transport`]. Dropping it stops its server and connections.
@@ -136,6 +184,8 @@ impl GrpcTransport {
                         tx,
                         rx: Arc::new(tokio::sync::Mutex::new(rx)),
                         writer: Mutex::new(None),
+                        stream: Mutex::new(0),
+                        reader: Mutex::new(None),
                     },
                 )
             })
@@ -145,6 +195,7 @@ impl GrpcTransport {
             links,
             inbox: inbox_tx,
             tasks: Mutex::new(Vec::new()),
+            next_stream: AtomicU64::new(0),
         });
         let svc = QuorumServer::new(Service {
             inner: inner.clone(),
@@ -167,7 +218,8 @@ impl GrpcTransport {
         Ok((GrpcTransport { inner }, inbox))
     }
 
-    /// Stops the server and every connection.
+    /// Stops the server and every connection. The streams end, so the peers'
+    /// transports report this server disconnected at once.
     pub fn shutdown(&self) {
         for t in self.inner.tasks.lock().expect("not poisoned").drain(..) {
             t.abort();
@@ -175,6 +227,9 @@ impl GrpcTransport {
         for link in self.inner.links.values() {
             if let Some(w) = link.writer.lock().expect("not poisoned").take() {
                 w.abort();
+            }
+            if let Some(r) = link.reader.lock().expect("not poisoned").take() {
+                r.abort();
             }
         }
     }
@@ -229,7 +284,7 @@ fn deliver(inner: &Inner, peer: PeerId, batch: pb::Batch) -> Result<(), Status> 
     for m in batch.msgs {
         match from_proto(m) {
             Ok(msg) => {
-                let _ = inner.inbox.send((peer, msg));
+                let _ = inner.inbox.send(Inbound::Message { from: peer, msg });
             }
             Err(e) => {
                 // I7: a malformed message is dropped with a clear log line; the
@@ -284,10 +339,26 @@ async fn dial_once(inner: &Arc<Inner>, peer: PeerId, addr: SocketAddr) -> Result
             |mut rx| async move { rx.recv().await.map(|b| (b, rx)) },
         );
     let mut incoming = client.exchange(Request::new(outgoing)).await?.into_inner();
+    let stream = inner.stream_up(peer);
     start_writer(inner, peer, move |b| {
         let tx = out_tx.clone();
         Box::pin(async move { tx.send(b).await.is_ok() })
     });
+    let result = receive(inner, peer, &mut incoming).await;
+    let why = match &result {
+        Ok(()) => "closed by the peer".to_string(),
+        Err(st) => st.to_string(),
+    };
+    inner.stream_down(peer, stream, &why);
+    result
+}
+
+/// Delivers the batches of one stream until it ends.
+async fn receive(
+    inner: &Inner,
+    peer: PeerId,
+    incoming: &mut Streaming<pb::Batch>,
+) -> Result<(), Status> {
     while let Some(batch) = incoming.message().await? {
         deliver(inner, peer, batch)?;
     }
@@ -322,7 +393,11 @@ impl Quorum for Service {
                 hello.from, hello.to
             )));
         }
-        deliver(&self.inner, peer, hello)?;
+        let stream = self.inner.stream_up(peer);
+        if let Err(st) = deliver(&self.inner, peer, hello) {
+            self.inner.stream_down(peer, stream, &st.to_string());
+            return Err(st);
+        }
         let (resp_tx, resp_rx) = mpsc::channel::<Result<pb::Batch, Status>>(64);
         start_writer(&self.inner, peer, {
             let resp_tx = resp_tx.clone();
@@ -332,19 +407,23 @@ impl Quorum for Service {
             }
         });
         let inner = self.inner.clone();
-        tokio::spawn(async move {
-            loop {
-                match incoming.message().await {
-                    Ok(Some(batch)) => {
-                        if let Err(st) = deliver(&inner, peer, batch) {
-                            let _ = resp_tx.send(Err(st)).await;
-                            return;
-                        }
-                    }
-                    Ok(None) | Err(_) => return,
+        let reader = tokio::spawn(async move {
+            let why = match receive(&inner, peer, &mut incoming).await {
+                Ok(()) => "closed by the peer".to_string(),
+                Err(st) => {
+                    let why = st.to_string();
+                    let _ = resp_tx.send(Err(st)).await;
+                    why
                 }
-            }
+            };
+            inner.stream_down(peer, stream, &why);
         });
+        if let Some(link) = self.inner.links.get(&peer) {
+            // A stream this one replaced is dead: stop reading it.
+            if let Some(old) = link.reader.lock().expect("not poisoned").replace(reader) {
+                old.abort();
+            }
+        }
         let out =
             futures::stream::unfold(
                 resp_rx,

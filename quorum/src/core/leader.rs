@@ -122,6 +122,11 @@ impl Leader {
         self.phase == Phase::Broadcast
     }
 
+    /// Still collecting the FOLLOWERINFOs that choose the epoch.
+    pub(crate) fn in_discovery(&self) -> bool {
+        self.phase == Phase::Discovery
+    }
+
     pub(crate) fn describe(&self) -> String {
         format!(
             "leading({:?}, epoch {}, est {:?}, learners {:?}, commit {}, proposed {})",
@@ -256,7 +261,7 @@ impl Peer {
         }
     }
 
-    fn leader_on_follower_info(
+    pub(super) fn leader_on_follower_info(
         &mut self,
         from: PeerId,
         session: SessionId,
@@ -644,12 +649,14 @@ impl Peer {
         }
         self.raise_commit_known(last);
         self.apply_enabled = true;
+        // The initial history first, then the role: the state machine is
+        // current when it learns it may serve (`Committed::Role`).
+        self.advance_apply();
         self.out.push(Output::RoleChanged {
             role: Role::Leader,
             leader: Some(self.cfg.id),
             epoch,
         });
-        self.advance_apply();
     }
 
     /// The zxid for the next proposal, rolling over to the next epoch (counter 1)
@@ -765,8 +772,8 @@ impl Peer {
             self.send_learner(id, SessionMsg::Commit { upto: candidate });
         }
         self.raise_commit_known(candidate);
-        self.leader_note_rollovers(old, candidate);
         self.advance_apply();
+        self.leader_note_rollovers(old, candidate);
         self.leader_check_syncs();
     }
 
@@ -919,10 +926,36 @@ impl Peer {
         }
     }
 
+    /// The connection to `peer` is gone: its session cannot continue, so it is
+    /// dropped now rather than after `sync_limit` of silence (the REJECT is
+    /// queued for the transport's next connection, where it ends the learner's
+    /// session if the learner did not see the loss). A leader that no longer
+    /// has a quorum of synced voters steps down at once (§5.6).
+    pub(super) fn leader_on_disconnected(&mut self, peer: PeerId) {
+        if self.ld_ref().learners.contains_key(&peer) {
+            self.drop_learner(peer, RejectReason::Protocol);
+        }
+        if self.ld_ref().phase == Phase::Broadcast
+            && self.leader_synced_voters() < self.cfg.quorum()
+        {
+            self.go_looking();
+        }
+    }
+
+    /// Voters (this leader included) whose session is past the NEWLEADER ACK.
+    fn leader_synced_voters(&self) -> usize {
+        let voters = &self.cfg.voters;
+        1 + self
+            .ld_ref()
+            .learners
+            .iter()
+            .filter(|(id, h)| voters.contains(id) && h.phase >= HPhase::NewLeaderAcked)
+            .count()
+    }
+
     pub(super) fn leader_tick(&mut self) {
         let now = self.now;
         let quorum = self.cfg.quorum();
-        let voters = self.cfg.voters.clone();
         let (init_limit, sync_limit, ping_interval) = (
             self.cfg.init_limit,
             self.cfg.sync_limit,
@@ -949,18 +982,10 @@ impl Peer {
         for id in silent {
             self.drop_learner(id, RejectReason::Protocol);
         }
-        let l = self.ld_ref();
-        if l.phase == Phase::Broadcast {
-            let synced = 1 + l
-                .learners
-                .iter()
-                .filter(|(id, h)| voters.contains(id) && h.phase >= HPhase::NewLeaderAcked)
-                .count();
-            if synced < quorum {
-                // §5.6: a leader that cannot hear a quorum steps down.
-                self.go_looking();
-                return;
-            }
+        if self.ld_ref().phase == Phase::Broadcast && self.leader_synced_voters() < quorum {
+            // §5.6: a leader that cannot hear a quorum steps down.
+            self.go_looking();
+            return;
         }
         if now >= self.ld_ref().next_ping {
             self.ld().next_ping = now.after(ping_interval);

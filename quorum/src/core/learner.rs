@@ -338,6 +338,13 @@ impl Peer {
                     },
                     Effect::Snapshot { zxid, data },
                 );
+                // A snapshot holds committed history only, so it holds the
+                // initial history of its own epoch: currentEpoch may rise to
+                // it once it is durable (storage runs in order). Left behind, a
+                // peer holding committed txns of that epoch would lose votes to
+                // a peer of that epoch with fewer of them, which would then cut
+                // them away (found in simulation: a SNAP past a rollover).
+                self.raise_current_to_snapshot(zxid);
                 self.log.clear();
                 self.log_base = zxid;
                 self.gate = None;
@@ -447,12 +454,13 @@ impl Peer {
         f.phase = Phase::UpToDate;
         let (leader, epoch) = (f.leader, f.epoch);
         self.apply_enabled = true;
+        // The synced history first, then the role (see `leader_establish`).
+        self.advance_apply();
         self.out.push(Output::RoleChanged {
             role: Role::Follower,
             leader: Some(leader),
             epoch,
         });
-        self.advance_apply();
     }
 
     pub(super) fn learner_tick(&mut self) {

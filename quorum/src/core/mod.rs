@@ -33,7 +33,7 @@ use std::collections::{BTreeSet, VecDeque};
 use bytes::Bytes;
 use rzk_zxid::{CounterLimit, Epoch, Zxid};
 
-use crate::message::{Entry, Message, SessionMsg};
+use crate::message::{Entry, Message};
 use crate::{PeerId, ReplicateError, Role};
 
 pub use election::Election;
@@ -228,6 +228,15 @@ pub enum Input {
         /// The highest completed command.
         op: OpId,
     },
+    /// The transport lost its connection to `peer` (a closed or reset stream):
+    /// whatever was in flight on it may be lost, and nothing more arrives on
+    /// it. A learner leaves a leader it can no longer hear at once, as
+    /// ZooKeeper's learners do on a socket error; a leader drops that learner.
+    /// Timeouts (`sync_limit`, `init_limit`) remain for silent failures only.
+    PeerDisconnected {
+        /// The peer whose connection ended.
+        peer: PeerId,
+    },
     /// A message for the leader's state machine ([`crate::Replicator::forward`]).
     /// A learner sends it on its session once it is up to date; the leader hands
     /// its own straight back as [`Output::Forwarded`]; any other peer drops it.
@@ -305,7 +314,10 @@ pub enum Output {
         payload: Bytes,
     },
     /// The peer's role changed. A change to `Looking` fails every outstanding
-    /// proposal (it may still commit under a new leader).
+    /// proposal (it may still commit under a new leader). A change to leader
+    /// or follower comes after the [`Output::Apply`] of every entry known
+    /// committed at that point, so the state machine is current when it learns
+    /// it may serve.
     RoleChanged {
         /// The new role.
         role: Role,
@@ -408,6 +420,9 @@ pub struct Peer {
     /// Learner synchronisations started, by mode: DIFF, TRUNC, SNAP.
     sync_counts: [u64; 3],
     next_session: u64,
+    /// Peers whose connection the transport reported closed and that have not
+    /// been heard from since. An election does not wait for their votes.
+    links_down: BTreeSet<PeerId>,
     /// Elections started since this peer began.
     elections: u64,
     state: State,
@@ -470,6 +485,7 @@ impl Peer {
             round: 0,
             sync_counts: [0; 3],
             next_session: 1,
+            links_down: BTreeSet::new(),
             elections: 0,
             state: State::Looking(Election::placeholder()),
             snapshot: snapshot.clone(),
@@ -484,6 +500,9 @@ impl Peer {
             data: snapshot.1,
         });
         peer.recompute_gate();
+        // A SNAP install interrupted before its currentEpoch was written (see
+        // `raise_current_to_snapshot`) is completed here.
+        peer.raise_current_to_snapshot(snapshot.0);
         if rec.sync_in_progress {
             // The last sync was interrupted. Everything this peer will advertise
             // comes from the log just recovered (a prefix of that leader's
@@ -506,6 +525,7 @@ impl Peer {
             Input::Propose(proposals) => self.on_propose(proposals),
             Input::Sync { id } => self.on_sync(id),
             Input::StorageDone { op } => self.on_storage_done(op),
+            Input::PeerDisconnected { peer } => self.on_peer_disconnected(peer),
             Input::Forward(payload) => self.on_forward(payload),
             Input::SnapshotSaved { zxid, data } => self.on_snapshot_saved(zxid, data),
         }
@@ -803,6 +823,24 @@ impl Peer {
         self.save_epochs(ep, None);
     }
 
+    /// A durable snapshot at `zxid` (committed history) holds the initial
+    /// history of `zxid`'s epoch: currentEpoch rises to that epoch, never
+    /// before the snapshot is durable (this command follows its install).
+    fn raise_current_to_snapshot(&mut self, zxid: Zxid) {
+        let epoch = zxid.epoch();
+        if epoch <= self.written_epochs.current {
+            return;
+        }
+        let mut ep = self.written_epochs;
+        debug_assert!(
+            ep.accepted >= epoch,
+            "EpochFence: accepted before the install"
+        );
+        ep.accepted = ep.accepted.max(epoch);
+        ep.current = epoch;
+        self.save_epochs(ep, None);
+    }
+
     fn fence_owner(&self) -> PeerId {
         match &self.state {
             State::Following(f) => f.leader,
@@ -897,27 +935,35 @@ impl Peer {
         if !self.is_voter(from) || from == self.cfg.id {
             return;
         }
+        // A message proves the link is up again.
+        self.links_down.remove(&from);
         match msg {
             Message::Notification(n) => self.on_notification(from, n),
             Message::Session { session, seq, msg } => match &self.state {
                 State::Leading(_) => self.leader_on_session(from, session, seq, msg),
                 State::Following(_) => self.learner_on_session(from, session, seq, msg),
-                State::Looking(_) => {
-                    if seq == 0 && matches!(msg, SessionMsg::FollowerInfo { .. }) {
-                        let reject = SessionMsg::Reject {
-                            reason: crate::message::RejectReason::NotLeading,
-                        };
-                        self.send(
-                            from,
-                            Message::Session {
-                                session,
-                                seq: 0,
-                                msg: reject,
-                            },
-                        );
-                    }
-                }
+                State::Looking(_) => self.election_on_session(from, session, seq, msg),
             },
+        }
+    }
+
+    fn on_peer_disconnected(&mut self, peer: PeerId) {
+        if !self.is_voter(peer) || peer == self.cfg.id {
+            return;
+        }
+        self.links_down.insert(peer);
+        match &self.state {
+            State::Looking(_) => self.election_on_disconnected(peer),
+            State::Leading(_) => self.leader_on_disconnected(peer),
+            State::Following(f) => {
+                if f.leader == peer {
+                    // The session's stream is gone: nothing more of it can
+                    // arrive, so waiting for `sync_limit` would only delay the
+                    // next election (ZooKeeper's learner leaves on the socket
+                    // error too).
+                    self.go_looking();
+                }
+            }
         }
     }
 
