@@ -135,7 +135,17 @@ impl Inner {
     }
 
     /// Stream `id` with `peer` ended; tells the core if it was the current one.
-    fn stream_down(&self, peer: PeerId, id: u64, why: &str) {
+    fn stream_down(&self, peer: PeerId, id: u64, end: &StreamEnd) {
+        match end {
+            StreamEnd::Refused(st) => tracing::warn!(
+                peer = peer.0,
+                error = %st,
+                "refused a quorum message; the stream ends"
+            ),
+            StreamEnd::Lost(why) => {
+                tracing::info!(peer = peer.0, reason = %why, "quorum stream ended")
+            }
+        }
         let Some(link) = self.links.get(&peer) else {
             return;
         };
@@ -144,8 +154,44 @@ impl Inner {
             return;
         }
         *cur = 0;
-        tracing::info!(peer = peer.0, reason = why, "quorum stream ended");
         let _ = self.inbox.send(Inbound::Disconnected { peer });
+    }
+}
+
+/// How a stream ended.
+enum StreamEnd {
+    /// Bad input from the peer (I7): oversized, undecodable, or a batch that
+    /// claims another sender.
+    Refused(Status),
+    /// Closed, reset, or gone with this transport.
+    Lost(String),
+}
+
+impl StreamEnd {
+    fn of(result: &Result<(), Status>) -> StreamEnd {
+        use tonic::Code;
+        match result {
+            Ok(()) => StreamEnd::Lost("closed by the peer".into()),
+            Err(st) => match st.code() {
+                Code::OutOfRange
+                | Code::ResourceExhausted
+                | Code::Internal
+                | Code::InvalidArgument
+                | Code::PermissionDenied
+                | Code::DataLoss => StreamEnd::Refused(st.clone()),
+                Code::Ok
+                | Code::Cancelled
+                | Code::Unknown
+                | Code::DeadlineExceeded
+                | Code::NotFound
+                | Code::AlreadyExists
+                | Code::FailedPrecondition
+                | Code::Aborted
+                | Code::Unimplemented
+                | Code::Unavailable
+                | Code::Unauthenticated => StreamEnd::Lost(st.to_string()),
+            },
+        }
     }
 }
 
@@ -252,12 +298,18 @@ where
     *slot = Some(tokio::spawn(async move {
         let mut rx = rx.lock().await;
         while let Some(first) = rx.recv().await {
+            if !fits(&first, max, peer) {
+                continue;
+            }
             // Batching: everything already queued goes in one gRPC message, up to
             // half the size limit.
             let mut size = first.size_bytes();
             let mut msgs = vec![to_proto(&first)];
             while size < max / 2 && msgs.len() < 4096 {
                 let Ok(m) = rx.try_recv() else { break };
+                if !fits(&m, max, peer) {
+                    continue;
+                }
                 size += m.size_bytes();
                 msgs.push(to_proto(&m));
             }
@@ -273,9 +325,34 @@ where
     }));
 }
 
+/// Whether `m` can go out under the message size limit: at most half of it,
+/// as a batch is (the size is an estimate; the half leaves room for the
+/// encoding). One that cannot is dropped with an error line instead of
+/// breaking the stream for every message behind it; its session sees the gap
+/// and resynchronises.
+fn fits(m: &Message, max: usize, peer: PeerId) -> bool {
+    let size = m.size_bytes();
+    if size <= max / 2 {
+        return true;
+    }
+    let name = match m {
+        Message::Notification(_) => "NOTIFICATION",
+        Message::Session { msg, .. } => msg.name(),
+    };
+    tracing::error!(
+        peer = peer.0,
+        msg = name,
+        size_bytes = size,
+        limit_bytes = max,
+        "a quorum message over the size limit was not sent"
+    );
+    false
+}
+
 /// Delivers the messages of one received batch, after checking the sender.
 fn deliver(inner: &Inner, peer: PeerId, batch: pb::Batch) -> Result<(), Status> {
     if batch.from != peer.0 || batch.to != inner.cfg.id.0 {
+        // The stream ends (with a log line from `stream_down`).
         return Err(Status::permission_denied(format!(
             "batch from {} to {} on the stream of server {}",
             batch.from, batch.to, peer.0
@@ -345,11 +422,7 @@ async fn dial_once(inner: &Arc<Inner>, peer: PeerId, addr: SocketAddr) -> Result
         Box::pin(async move { tx.send(b).await.is_ok() })
     });
     let result = receive(inner, peer, &mut incoming).await;
-    let why = match &result {
-        Ok(()) => "closed by the peer".to_string(),
-        Err(st) => st.to_string(),
-    };
-    inner.stream_down(peer, stream, &why);
+    inner.stream_down(peer, stream, &StreamEnd::of(&result));
     result
 }
 
@@ -379,15 +452,26 @@ impl Quorum for Service {
         &self,
         request: Request<Streaming<pb::Batch>>,
     ) -> Result<Response<BatchStream>, Status> {
+        let remote = request.remote_addr();
         let mut incoming = request.into_inner();
-        let hello = incoming
-            .message()
-            .await?
-            .ok_or_else(|| Status::invalid_argument("empty stream"))?;
+        let hello = match incoming.message().await {
+            Ok(Some(hello)) => hello,
+            Ok(None) => return Err(Status::invalid_argument("empty stream")),
+            Err(st) => {
+                tracing::warn!(?remote, error = %st, "refused a quorum stream: unreadable first message");
+                return Err(st);
+            }
+        };
         let me = self.inner.cfg.id;
         let peer = PeerId(hello.from);
         // Identity check: a configured server with a larger id, talking to us.
         if !self.inner.links.contains_key(&peer) || peer <= me || hello.to != me.0 {
+            tracing::warn!(
+                peer = hello.from,
+                to = hello.to,
+                ?remote,
+                "refused a quorum stream from an unknown or unexpected server id"
+            );
             return Err(Status::permission_denied(format!(
                 "unknown or unexpected server id {} (to {})",
                 hello.from, hello.to
@@ -395,7 +479,8 @@ impl Quorum for Service {
         }
         let stream = self.inner.stream_up(peer);
         if let Err(st) = deliver(&self.inner, peer, hello) {
-            self.inner.stream_down(peer, stream, &st.to_string());
+            self.inner
+                .stream_down(peer, stream, &StreamEnd::Refused(st.clone()));
             return Err(st);
         }
         let (resp_tx, resp_rx) = mpsc::channel::<Result<pb::Batch, Status>>(64);
@@ -408,15 +493,11 @@ impl Quorum for Service {
         });
         let inner = self.inner.clone();
         let reader = tokio::spawn(async move {
-            let why = match receive(&inner, peer, &mut incoming).await {
-                Ok(()) => "closed by the peer".to_string(),
-                Err(st) => {
-                    let why = st.to_string();
-                    let _ = resp_tx.send(Err(st)).await;
-                    why
-                }
-            };
-            inner.stream_down(peer, stream, &why);
+            let result = receive(&inner, peer, &mut incoming).await;
+            inner.stream_down(peer, stream, &StreamEnd::of(&result));
+            if let Err(st) = result {
+                let _ = resp_tx.send(Err(st)).await;
+            }
         });
         if let Some(link) = self.inner.links.get(&peer) {
             // A stream this one replaced is dead: stop reading it.

@@ -126,6 +126,9 @@ pub struct Report {
     pub sync_barriers: u64,
     /// Connection losses reported to peers (`Input::PeerDisconnected`).
     pub link_downs: u64,
+    /// Peer messages refused by a core (`Output::Refused`): stale sessions,
+    /// broken streams, and the bad input the faults produce.
+    pub refused: u64,
 }
 
 /// A failing run: the seed, the property, and the last events.
@@ -851,6 +854,12 @@ impl World {
     fn handle_output(&mut self, i: usize, o: Output) -> Result<(), Violation> {
         match o {
             Output::Send { to, msg } => self.send(i, to, msg),
+            Output::Refused { peer, msg, reason } => {
+                self.report.refused += 1;
+                let id = self.nodes[i].id;
+                self.note(|| format!("{id:?} refused {msg} from {peer:?}: {reason}"));
+                Ok(())
+            }
             Output::Storage { op, cmd } => {
                 self.hash = fnv(self.hash, op.0);
                 self.nodes[i].inflight.push_back((op, cmd));

@@ -149,6 +149,11 @@ impl Peer {
 
     pub(super) fn on_notification(&mut self, from: PeerId, n: Notification) {
         if !self.is_voter(n.vote.leader) {
+            self.refuse(
+                from,
+                "NOTIFICATION",
+                super::Refusal::UnknownVoter(n.vote.leader),
+            );
             return;
         }
         if n.state == PeerState::Looking && self.discovery_lost_to(&n) {
@@ -291,19 +296,29 @@ impl Peer {
         seq: u64,
         msg: SessionMsg,
     ) {
-        if seq != 0 {
-            return;
-        }
-        if let SessionMsg::FollowerInfo {
+        let SessionMsg::FollowerInfo {
             kind,
             accepted_epoch,
         } = msg
-        {
-            self.election()
-                .parked
-                .insert(from, (session, kind, accepted_epoch));
-            self.check_decision();
+        else {
+            self.refuse_stale(from, session, &msg);
+            return;
+        };
+        if seq != 0 {
+            self.refuse(
+                from,
+                "FOLLOWERINFO",
+                super::Refusal::OutOfOrder {
+                    expected: 0,
+                    got: seq,
+                },
+            );
+            return;
         }
+        self.election()
+            .parked
+            .insert(from, (session, kind, accepted_epoch));
+        self.check_decision();
     }
 
     /// A lost connection while looking: that peer's parked FOLLOWERINFO is

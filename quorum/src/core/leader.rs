@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rzk_zxid::{Epoch, Next, Zxid};
 
-use super::{Output, Peer, State, Tick};
+use super::{Output, Peer, Refusal, State, Tick};
 use crate::message::{Entry, LearnerKind, Message, RejectReason, SessionId, SessionMsg, Vote};
 use crate::{PeerId, ReplicateError, Role};
 
@@ -193,6 +193,16 @@ impl Peer {
         self.ld().learners.remove(&id);
     }
 
+    /// Refuses a learner's message and ends its session (I7).
+    fn refuse_learner(&mut self, id: PeerId, msg: &'static str, why: Refusal) {
+        let reject = match why {
+            Refusal::AheadOfLeader => RejectReason::AheadOfLeader,
+            _ => RejectReason::Protocol,
+        };
+        self.refuse(id, msg, why);
+        self.drop_learner(id, reject);
+    }
+
     pub(super) fn leader_start(&mut self) {
         let (me, accepted) = (self.cfg.id, self.durable.epochs.accepted);
         self.ld().connecting.insert(me, accepted);
@@ -206,6 +216,7 @@ impl Peer {
         seq: u64,
         msg: SessionMsg,
     ) {
+        let name = msg.name();
         if let SessionMsg::FollowerInfo {
             kind,
             accepted_epoch,
@@ -213,18 +224,28 @@ impl Peer {
         {
             if seq == 0 {
                 self.leader_on_follower_info(from, session, kind, accepted_epoch);
+            } else {
+                let why = Refusal::OutOfOrder {
+                    expected: 0,
+                    got: seq,
+                };
+                self.refuse(from, name, why);
             }
             return;
         }
         let now = self.now;
-        let Some(h) = self.ld().learners.get_mut(&from) else {
-            return;
-        };
-        if h.session != session {
+        let current = self.ld_ref().learners.get(&from).map(|h| h.session);
+        if current != Some(session) {
+            self.refuse_stale(from, session, &msg);
             return;
         }
+        let h = self.ld().learners.get_mut(&from).expect("checked above");
         if seq != h.seq_in {
-            self.drop_learner(from, RejectReason::Protocol);
+            let why = Refusal::OutOfOrder {
+                expected: h.seq_in,
+                got: seq,
+            };
+            self.refuse_learner(from, name, why);
             return;
         }
         h.seq_in += 1;
@@ -257,7 +278,7 @@ impl Peer {
             | SessionMsg::Inform { .. }
             | SessionMsg::Ping { .. }
             | SessionMsg::SyncReply { .. }
-            | SessionMsg::Reject { .. } => self.drop_learner(from, RejectReason::Protocol),
+            | SessionMsg::Reject { .. } => self.refuse_learner(from, name, Refusal::Unexpected),
         }
     }
 
@@ -421,14 +442,14 @@ impl Peer {
             return;
         };
         if h.phase != HPhase::EpochSent {
-            self.drop_learner(from, RejectReason::Protocol);
+            self.refuse_learner(from, "ACKEPOCH", Refusal::Unexpected);
             return;
         }
         // §3.3: a learner more recent than the leader is refused. It cannot hold a
         // committed transaction the leader lacks (the quorums intersect), but it
         // must not be synchronised from a history shorter than its own claim.
         if l.phase < Phase::Syncing && (current, last) > l.summary {
-            self.drop_learner(from, RejectReason::AheadOfLeader);
+            self.refuse_learner(from, "ACKEPOCH", Refusal::AheadOfLeader);
             return;
         }
         h.phase = HPhase::EpochAcked;
@@ -444,7 +465,7 @@ impl Peer {
             Phase::CurrentPersisting => {}
             Phase::Syncing | Phase::Broadcast => self.leader_sync_learner(from),
             Phase::Discovery | Phase::EpochPersisting => {
-                self.drop_learner(from, RejectReason::Protocol)
+                self.refuse_learner(from, "ACKEPOCH", Refusal::Unexpected)
             }
         }
     }
@@ -587,7 +608,15 @@ impl Peer {
         };
         // Matched by epoch, not by position (ZOOKEEPER-4685).
         if h.phase != HPhase::Synced || epoch != h.offered {
-            self.drop_learner(from, RejectReason::Protocol);
+            let why = if epoch != h.offered {
+                Refusal::WrongEpoch {
+                    epoch,
+                    expected: h.offered,
+                }
+            } else {
+                Refusal::Unexpected
+            };
+            self.refuse_learner(from, "ACKNEWLEADER", why);
             return;
         }
         h.phase = HPhase::NewLeaderAcked;
@@ -608,7 +637,9 @@ impl Peer {
             Phase::Discovery
             | Phase::EpochPersisting
             | Phase::AckEpochs
-            | Phase::CurrentPersisting => self.drop_learner(from, RejectReason::Protocol),
+            | Phase::CurrentPersisting => {
+                self.refuse_learner(from, "ACKNEWLEADER", Refusal::Unexpected)
+            }
         }
     }
 
@@ -727,7 +758,12 @@ impl Peer {
             return;
         };
         if h.phase < HPhase::NewLeaderAcked || upto > stream_last {
-            self.drop_learner(from, RejectReason::Protocol);
+            let why = if upto > stream_last {
+                Refusal::Inconsistent { zxid: upto }
+            } else {
+                Refusal::Unexpected
+            };
+            self.refuse_learner(from, "ACK", why);
             return;
         }
         h.acked = h.acked.max(upto);
@@ -836,7 +872,7 @@ impl Peer {
                 .get(&from)
                 .is_some_and(|h| h.phase == HPhase::UpToDate);
         if !ok {
-            self.drop_learner(from, RejectReason::Protocol);
+            self.refuse_learner(from, "FORWARD", Refusal::Unexpected);
             return;
         }
         self.out.push(Output::Forwarded { from, payload });
@@ -850,7 +886,7 @@ impl Peer {
                 .get(&from)
                 .is_some_and(|h| h.phase == HPhase::UpToDate);
         if !ok {
-            self.drop_learner(from, RejectReason::Protocol);
+            self.refuse_learner(from, "SYNCREQ", Refusal::Unexpected);
             return;
         }
         let ping = self.leader_start_ping_round();

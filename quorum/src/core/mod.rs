@@ -28,12 +28,12 @@ mod election;
 mod leader;
 mod learner;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 use rzk_zxid::{CounterLimit, Epoch, Zxid};
 
-use crate::message::{Entry, Message};
+use crate::message::{Entry, Message, SessionId, SessionMsg};
 use crate::{PeerId, ReplicateError, Role};
 
 pub use election::Election;
@@ -313,6 +313,16 @@ pub enum Output {
         /// The message.
         payload: Bytes,
     },
+    /// A message from `peer` was refused (dropped, or it ended its session).
+    /// Nothing else follows from it; the driver logs it, naming the peer (I7).
+    Refused {
+        /// The sender.
+        peer: PeerId,
+        /// The message's name ([`SessionMsg::name`], or `NOTIFICATION`).
+        msg: &'static str,
+        /// Why.
+        reason: Refusal,
+    },
     /// The peer's role changed. A change to `Looking` fails every outstanding
     /// proposal (it may still commit under a new leader). A change to leader
     /// or follower comes after the [`Output::Apply`] of every entry known
@@ -326,6 +336,70 @@ pub enum Output {
         /// The established epoch (for `Looking`, the current epoch).
         epoch: Epoch,
     },
+}
+
+/// Why a message from a peer was refused ([`Output::Refused`]). I7: bad input
+/// from a peer is dropped or ends its session, never trusted, and the driver
+/// logs it naming the peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// It belongs to a session this peer does not have: a closed one, or the
+    /// session of a deposed leader (a message of an old epoch). Reported once
+    /// per session.
+    StaleSession(SessionId),
+    /// Not the next message of its session (a gap, a duplicate, a reordering):
+    /// the session ends.
+    OutOfOrder {
+        /// The sequence number expected.
+        expected: u64,
+        /// The one received.
+        got: u64,
+    },
+    /// Not valid in the session's phase or for this peer's role: the session
+    /// ends.
+    Unexpected,
+    /// An epoch other than the one it must carry (an offer below this peer's
+    /// acceptedEpoch, or an acknowledgement of another epoch).
+    WrongEpoch {
+        /// The epoch in the message.
+        epoch: Epoch,
+        /// The epoch required.
+        expected: Epoch,
+    },
+    /// The learner's history is more recent than this leader's (§3.3).
+    AheadOfLeader,
+    /// It claims history the stream never carried, breaks contiguity, or cuts
+    /// below what is known committed.
+    Inconsistent {
+        /// The zxid it names.
+        zxid: Zxid,
+    },
+    /// A vote for a server that is not a voter.
+    UnknownVoter(PeerId),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::StaleSession(s) => write!(
+                f,
+                "session {:#x} is not a current session (closed, or a deposed leader's)",
+                s.0
+            ),
+            Refusal::OutOfOrder { expected, got } => {
+                write!(f, "message {got} of its session, expected {expected}")
+            }
+            Refusal::Unexpected => write!(f, "not valid in this phase or role"),
+            Refusal::WrongEpoch { epoch, expected } => {
+                write!(f, "epoch {epoch}, expected {expected}")
+            }
+            Refusal::AheadOfLeader => write!(f, "the learner is ahead of this leader"),
+            Refusal::Inconsistent { zxid } => {
+                write!(f, "{zxid} does not fit the session's stream")
+            }
+            Refusal::UnknownVoter(p) => write!(f, "a vote for server {}, not a voter", p.0),
+        }
+    }
 }
 
 /// Why a peer could not start.
@@ -423,6 +497,9 @@ pub struct Peer {
     /// Peers whose connection the transport reported closed and that have not
     /// been heard from since. An election does not wait for their votes.
     links_down: BTreeSet<PeerId>,
+    /// The last stale session reported per peer: a deposed leader's queued
+    /// messages are reported once, not one line each.
+    stale_reported: BTreeMap<PeerId, SessionId>,
     /// Elections started since this peer began.
     elections: u64,
     state: State,
@@ -486,6 +563,7 @@ impl Peer {
             sync_counts: [0; 3],
             next_session: 1,
             links_down: BTreeSet::new(),
+            stale_reported: BTreeMap::new(),
             elections: 0,
             state: State::Looking(Election::placeholder()),
             snapshot: snapshot.clone(),
@@ -634,6 +712,21 @@ impl Peer {
 
     fn send(&mut self, to: PeerId, msg: Message) {
         self.out.push(Output::Send { to, msg });
+    }
+
+    /// Reports a refused message (I7); stale sessions once per session.
+    fn refuse(&mut self, peer: PeerId, msg: &'static str, reason: Refusal) {
+        if let Refusal::StaleSession(session) = reason {
+            if self.stale_reported.insert(peer, session) == Some(session) {
+                return;
+            }
+        }
+        self.out.push(Output::Refused { peer, msg, reason });
+    }
+
+    /// A session message that no session of this peer can take.
+    fn refuse_stale(&mut self, peer: PeerId, session: SessionId, msg: &SessionMsg) {
+        self.refuse(peer, msg.name(), Refusal::StaleSession(session));
     }
 
     fn written_last(&self) -> Zxid {

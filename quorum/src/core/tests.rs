@@ -928,3 +928,138 @@ fn recovered_snapshot_above_current_epoch_raises_it() {
         "{out:?}"
     );
 }
+
+// ---- bad input from peers (I7) ----------------------------------------------
+
+/// A deposed leader (an old epoch) keeps sending on its old session: the
+/// learner drops it, says so once per session, and applies nothing of it.
+#[test]
+fn a_deposed_leaders_messages_are_refused_once_per_session() {
+    let (mut p, _) = synced_up_to_ackepoch(vec![entry(1, 1)], 2);
+    let stale = |seq, msg| from(3, session(77, seq, msg));
+    let out = p.step(
+        Tick(4),
+        stale(
+            5,
+            SessionMsg::Proposal {
+                entries: vec![entry(1, 2)],
+            },
+        ),
+    );
+    assert_eq!(
+        out,
+        vec![Output::Refused {
+            peer: PeerId(3),
+            msg: "PROPOSAL",
+            reason: Refusal::StaleSession(SessionId(77)),
+        }]
+    );
+    assert_eq!(
+        p.step(Tick(4), stale(6, SessionMsg::Commit { upto: z(1, 2) })),
+        vec![],
+        "one report per session"
+    );
+    assert_eq!(p.role(), Role::Looking, "still syncing with its leader");
+    assert_eq!(p.commit_known(), Zxid::ZERO);
+}
+
+#[test]
+fn leaderinfo_of_an_epoch_below_the_accepted_one_is_refused() {
+    let (mut p, session) = follower(cfg(1), recovered(vec![], 3, 1));
+    let mut s = Stream { session, seq: 0 };
+    let out = p.step(
+        Tick(2),
+        s.msg(SessionMsg::LeaderInfo {
+            epoch: Epoch(2),
+            established: true,
+        }),
+    );
+    assert_eq!(
+        out[..2],
+        [
+            Output::Refused {
+                peer: L,
+                msg: "LEADERINFO",
+                reason: Refusal::WrongEpoch {
+                    epoch: Epoch(2),
+                    expected: Epoch(3),
+                },
+            },
+            Output::RoleChanged {
+                role: Role::Looking,
+                leader: None,
+                epoch: Epoch(1),
+            },
+        ],
+        "{out:?}"
+    );
+    assert!(
+        !out.iter().any(|o| matches!(o, Output::Storage { .. })),
+        "acceptedEpoch never goes back: {out:?}"
+    );
+}
+
+#[test]
+fn a_gap_in_a_learners_session_is_refused_and_ends_it() {
+    let mut p = established_leader();
+    let out = p.step(
+        Tick(8),
+        from(2, session(20, 9, SessionMsg::Ack { upto: Zxid::ZERO })),
+    );
+    assert_eq!(
+        out,
+        vec![
+            Output::Refused {
+                peer: PeerId(2),
+                msg: "ACK",
+                reason: Refusal::OutOfOrder {
+                    expected: 3,
+                    got: 9,
+                },
+            },
+            send(
+                2,
+                session(
+                    20,
+                    4,
+                    SessionMsg::Reject {
+                        reason: RejectReason::Protocol,
+                    }
+                )
+            ),
+        ]
+    );
+    assert_eq!(p.role(), Role::Leader, "1 and 3 are still a quorum");
+}
+
+#[test]
+fn an_ack_beyond_what_was_sent_is_refused() {
+    let mut p = established_leader();
+    let out = p.step(
+        Tick(8),
+        from(2, session(20, 3, SessionMsg::Ack { upto: z(2, 5) })),
+    );
+    assert_eq!(
+        out[0],
+        Output::Refused {
+            peer: PeerId(2),
+            msg: "ACK",
+            reason: Refusal::Inconsistent { zxid: z(2, 5) },
+        }
+    );
+    assert_eq!(p.commit_known(), Zxid::ZERO, "nothing commits on it");
+}
+
+#[test]
+fn a_vote_for_a_server_that_is_not_a_voter_is_refused() {
+    let (mut p, _) = Peer::new(cfg(1), recovered(vec![], 1, 1), Tick(0)).expect("starts");
+    let out = p.step(Tick(1), from(2, looking_vote(9)));
+    assert_eq!(
+        out,
+        vec![Output::Refused {
+            peer: PeerId(2),
+            msg: "NOTIFICATION",
+            reason: Refusal::UnknownVoter(PeerId(9)),
+        }]
+    );
+}
