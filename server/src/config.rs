@@ -134,6 +134,9 @@ pub struct ServerConfig {
     pub sync_limit: u32,
     /// `server.N=` lines, by server id. Empty for standalone.
     pub servers: BTreeMap<u64, PeerSpec>,
+    /// This member's id when given on the command line (`--id N`); otherwise
+    /// `myid` in the data directory (1 standalone).
+    pub my_id: Option<u64>,
     /// `rzk.log.format`: `text` (default) or `json`, one object per line
     /// (see [`crate::logging`]).
     pub log_format: crate::logging::LogFormat,
@@ -276,6 +279,7 @@ impl Default for ServerConfig {
             init_limit: 10,
             sync_limit: 5,
             servers: BTreeMap::new(),
+            my_id: None,
             log_format: crate::logging::LogFormat::Text,
             secure_client_addr: None,
             tls: TlsSettings::default(),

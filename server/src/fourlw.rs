@@ -144,6 +144,7 @@ pub(crate) fn mntr_rows(st: &ServerStats) -> Vec<(&'static str, String)> {
     if st.state() == "leader" {
         let q = &st.quorum;
         rows.push(("learners", q.learners.to_string()));
+        rows.push(("followers", q.followers.to_string()));
         rows.push(("synced_followers", q.synced_followers.to_string()));
         rows.push((
             "synced_non_voting_followers",
@@ -155,6 +156,38 @@ pub(crate) fn mntr_rows(st: &ServerStats) -> Vec<(&'static str, String)> {
     rows
 }
 
+/// `conf`'s ensemble part, as a ZooKeeper quorum peer prints it.
+fn conf_membership(st: &ServerStats, out: &mut String) {
+    let cfg = &st.config;
+    let Some(me) = cfg.servers.get(&st.server_id) else {
+        return;
+    };
+    let _ = writeln!(out, "initLimit={}", cfg.init_limit);
+    let _ = writeln!(out, "syncLimit={}", cfg.sync_limit);
+    out.push_str("electionAlg=3\n");
+    let _ = writeln!(out, "electionPort={}", me.election_port);
+    let _ = writeln!(out, "quorumPort={}", me.quorum_port);
+    let observer = me.role == crate::config::PeerRole::Observer;
+    let _ = writeln!(out, "peerType={}", u8::from(observer));
+    out.push_str("membership: \n");
+    for (id, p) in &cfg.servers {
+        let role = match p.role {
+            crate::config::PeerRole::Participant => "participant",
+            crate::config::PeerRole::Observer => "observer",
+        };
+        let client = match &p.client {
+            Some((h, port)) => format!("{h}:{port}"),
+            None => format!("{}:{}", cfg.client_addr.ip(), cfg.client_addr.port()),
+        };
+        let _ = writeln!(
+            out,
+            "server.{id}={}:{}:{}:{role};{client}",
+            p.host, p.quorum_port, p.election_port
+        );
+    }
+    out.push_str("version=0\n");
+}
+
 /// The output of a four-letter word that only reads (everything but
 /// `crst` and `srst`), from a snapshot.
 pub(crate) fn format(word: FourLetterWord, st: &ServerStats) -> String {
@@ -163,7 +196,11 @@ pub(crate) fn format(word: FourLetterWord, st: &ServerStats) -> String {
     let details = st.details.clone().unwrap_or_default();
     match word {
         FourLetterWord::Ruok => out.push_str("imok"),
-        FourLetterWord::Isro => out.push_str("rw"),
+        // ZooKeeper answers isro with "null" while it is not serving.
+        FourLetterWord::Isro => out.push_str(if st.quorum.serving { "rw" } else { "null" }),
+        FourLetterWord::Srvr | FourLetterWord::Stat if !st.quorum.serving => {
+            out.push_str("This ZooKeeper instance is not currently serving requests\n");
+        }
         FourLetterWord::Srvr => {
             let _ = writeln!(out, "Zookeeper version: {}", st.version);
             summary_tail(st, &mut out);
@@ -201,6 +238,7 @@ pub(crate) fn format(word: FourLetterWord, st: &ServerStats) -> String {
             let _ = writeln!(out, "maxSessionTimeout={}", cfg.max_session_timeout_ms);
             out.push_str("clientPortListenBacklog=-1\n");
             let _ = writeln!(out, "serverId={}", st.server_id);
+            conf_membership(st, &mut out);
         }
         FourLetterWord::Envi => {
             out.push_str("Environment:\n");

@@ -32,6 +32,9 @@ struct Cli {
     /// tickTime in ms.
     #[arg(long)]
     tick_time: Option<u32>,
+    /// This member's id in an ensemble (instead of `myid` in the data directory).
+    #[arg(long)]
+    id: Option<u64>,
     /// Any zoo.cfg key, as key=value (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
@@ -136,7 +139,19 @@ fn main() -> ExitCode {
     let config = match overrides(&cli)
         .and_then(|o| ServerConfig::load(cli.config.as_deref(), &o).map_err(|e| e.to_string()))
     {
-        Ok(c) => c,
+        Ok(mut c) => {
+            c.my_id = cli.id;
+            c
+        }
+        Err(e) => {
+            eprintln!("rzk: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // A configuration that cannot describe this member (myid outside the server
+    // lines, an unresolvable peer…) is a configuration error: exit 2.
+    let membership = match rzk_server::Membership::of(&config) {
+        Ok(m) => m,
         Err(e) => {
             eprintln!("rzk: {e}");
             return ExitCode::from(2);
@@ -156,22 +171,35 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(config)) {
+    match runtime.block_on(run(config, membership)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rzk: {e:#}");
-            ExitCode::FAILURE
+            // A peer that does not resolve, or a quorum port that cannot be
+            // opened, is the configuration's fault: exit 2 like a bad key.
+            let config_error = matches!(
+                e.downcast_ref::<rzk_server::ServerError>(),
+                Some(rzk_server::ServerError::Replication(
+                    rzk_server::ReplicationError::Config(_)
+                        | rzk_server::ReplicationError::Resolve { .. }
+                        | rzk_server::ReplicationError::MyId { .. }
+                        | rzk_server::ReplicationError::Listen { .. }
+                ))
+            );
+            if config_error {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
 
-async fn run(config: ServerConfig) -> anyhow::Result<()> {
-    if !config.servers.is_empty() {
-        tracing::warn!("server.N lines found: ensembles are not supported yet; serving standalone");
-    }
-    let listener = tokio::net::TcpListener::bind(config.client_addr)
+async fn run(config: ServerConfig, membership: rzk_server::Membership) -> anyhow::Result<()> {
+    let addr = membership.client_addr;
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.client_addr))?;
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let mut listeners = rzk_server::Listeners {
         plain: vec![listener],
         ..Default::default()
@@ -198,7 +226,7 @@ async fn run(config: ServerConfig) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (secureClientPort): {e}"))?;
         listeners.secure.push(secure);
     }
-    rzk_server::serve_listeners(config, listeners, shutdown_signal()).await?;
+    rzk_server::serve_member(config, &membership, listeners, None, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
 }

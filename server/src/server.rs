@@ -5,11 +5,10 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rzk_quorum::{PeerId, QuorumOfOne, Replicator, StandaloneError, StandaloneOptions, WalOptions};
+use rzk_quorum::Replicator;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
@@ -18,74 +17,28 @@ use crate::acl::AuthInfo;
 use crate::config::ServerConfig;
 use crate::conn::{self, ConnCtx};
 use crate::core::{Core, CoreConfig, CoreError, CoreMsg};
+use crate::replication::{open_replicator, Membership, ReplicationError};
 use crate::tls::{TlsAcceptor, TlsError};
 
 /// Why the server stopped or could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    /// The durable log could not be opened.
+    /// The replicator could not be opened (configuration, data directory,
+    /// quorum port).
     #[error(transparent)]
-    Storage(#[from] StandaloneError),
+    Replication(#[from] ReplicationError),
     /// Replication or recovery failed.
     #[error(transparent)]
     Core(#[from] CoreError),
     /// The secure client port's TLS settings cannot be used.
     #[error("secure client port: {0}")]
     Tls(#[from] TlsError),
-    /// `myid` could not be read.
-    #[error("cannot read {path}: {reason}")]
-    MyId {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
 }
 
 /// Messages the core may queue before connection readers wait.
 const CORE_QUEUE_MAX: usize = 4096;
 /// How long shutdown waits for connections to flush their last replies.
 const SHUTDOWN_FLUSH_MAX: Duration = Duration::from_secs(5);
-
-/// The server id: 1 standalone (as ZooKeeper), or `myid` from the data
-/// directory when the configuration has `server.N` lines.
-pub fn server_id(config: &ServerConfig) -> Result<u64, ServerError> {
-    if config.servers.is_empty() {
-        return Ok(1);
-    }
-    let path = config.data_dir.join("myid");
-    let text = std::fs::read_to_string(&path).map_err(|e| ServerError::MyId {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
-    text.trim().parse::<u64>().map_err(|e| ServerError::MyId {
-        path,
-        reason: format!("not a number: {e}"),
-    })
-}
-
-/// Opens the standalone replicator (a quorum of one) for `config`.
-pub async fn open_standalone(config: &ServerConfig) -> Result<Arc<QuorumOfOne>, ServerError> {
-    let id = server_id(config)?;
-    // The log fsyncs a directory's parent, which a bare relative name such as
-    // `data` does not have: hand it absolute paths.
-    let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
-    let data_dir = absolute(&config.data_dir);
-    let mut wal = WalOptions {
-        snap_retain_count: config.snap_retain_count as usize,
-        ..WalOptions::default()
-    };
-    wal.log.unsafe_no_fsync = config.unsafe_no_fsync;
-    if config.data_log_dir != config.data_dir {
-        wal.log_dir = Some(absolute(&config.data_log_dir));
-    }
-    let options = StandaloneOptions {
-        wal,
-        id: PeerId(id),
-        ..StandaloneOptions::default()
-    };
-    Ok(QuorumOfOne::open(&data_dir, options).await?)
-}
 
 /// Opens the data directory, serves clients on `listeners` until `shutdown`
 /// completes, then stops gracefully: no new connections, in-flight writes
@@ -126,8 +79,22 @@ pub async fn serve_listeners(
     listeners: Listeners,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
+    let membership = Membership::of(&config)?;
+    serve_member(config, &membership, listeners, None, shutdown).await
+}
+
+/// [`serve_listeners`] for an ensemble member whose quorum port the caller
+/// bound already (tests bind port 0 for every member first, then write the
+/// configuration); `None` binds the port of the member's `server.N` line.
+pub async fn serve_member(
+    config: ServerConfig,
+    membership: &Membership,
+    listeners: Listeners,
+    quorum_listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
     let tls = tls_for(&config, &listeners)?;
-    let quorum = open_standalone(&config).await?;
+    let quorum = open_replicator(&config, membership, quorum_listener).await?;
     let replicator: Arc<dyn Replicator> = quorum.clone();
     let result = run_inner(listeners, tls, config, replicator, shutdown).await;
     quorum.shutdown().await;
@@ -178,14 +145,13 @@ async fn run_inner(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     let server_id = replicator.id().0;
-    let core = Core::recover(
+    let core = Core::new(
         CoreConfig {
             server: config.clone(),
             server_id,
         },
         replicator,
-    )
-    .await?;
+    )?;
     let (core_tx, core_rx) = mpsc::channel(CORE_QUEUE_MAX);
     let mut core_task = tokio::spawn(core.run(core_rx));
     let ctx = Arc::new(ConnCtx {
@@ -341,26 +307,4 @@ async fn serve_tls(
     }
     let (rd, wr) = tokio::io::split(tls_stream);
     conn::serve_split(rd, wr, peer, auth, id, ctx).await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn server_id_is_one_standalone_and_myid_in_an_ensemble() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = ServerConfig::parse(&format!("dataDir={}\n", dir.path().display())).unwrap();
-        assert_eq!(server_id(&cfg).unwrap(), 1);
-        cfg = ServerConfig::parse(&format!(
-            "dataDir={}\nserver.3=a:2888:3888\n",
-            dir.path().display()
-        ))
-        .unwrap();
-        assert!(matches!(server_id(&cfg), Err(ServerError::MyId { .. })));
-        std::fs::write(dir.path().join("myid"), "3\n").unwrap();
-        assert_eq!(server_id(&cfg).unwrap(), 3);
-        std::fs::write(dir.path().join("myid"), "three").unwrap();
-        assert!(server_id(&cfg).is_err());
-    }
 }

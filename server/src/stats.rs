@@ -4,9 +4,9 @@
 //! Prometheus exporter. Nothing formats from the core's fields directly, so
 //! the three surfaces cannot disagree.
 //!
-//! The quorum part comes from the replicator's `role()` and `leader()` today;
-//! the figures only a leader knows (learners, synced followers, pending syncs)
-//! stay 0 until the replicator reports them.
+//! The quorum part comes from the commit stream's last role item (whether and
+//! as what this member serves) and the replicator's `stats()` (the leader's
+//! learners, pending syncs).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -87,9 +87,12 @@ pub(crate) struct QuorumView {
     /// Voting members configured (`server.N` lines that are participants; 1
     /// standalone).
     pub quorum_size: usize,
-    /// Leader only: learner sessions, followers synced, observers synced,
-    /// syncs in progress. 0 until the replicator reports them.
+    /// Whether this member serves clients now (a current leader or follower).
+    pub serving: bool,
+    /// Leader only: learner sessions, voting followers, followers synced,
+    /// observers synced, syncs in progress.
     pub learners: usize,
+    pub followers: usize,
     pub synced_followers: usize,
     pub synced_non_voting_followers: usize,
     pub synced_observers: usize,
@@ -282,7 +285,10 @@ impl Core {
                 .sessions
                 .iter()
                 .map(|(id, s)| {
-                    let left = s.deadline.saturating_duration_since(now).as_millis() as i64;
+                    let left = self
+                        .session_deadline(*id, s.timeout_ms)
+                        .saturating_duration_since(now)
+                        .as_millis() as i64;
                     (*id, s.timeout_ms, now_ms() + left)
                 })
                 .collect();
@@ -309,6 +315,19 @@ impl Core {
             .filter(|p| p.role == crate::config::PeerRole::Participant)
             .count();
         let st = &self.stats;
+        let q = self.replicator.stats();
+        let (serving, role) = match self.serving {
+            crate::core::Serving::No => (false, Role::Looking),
+            crate::core::Serving::Yes { role, .. } => (true, role),
+        };
+        let leading = self.leader.is_some();
+        let count = |f: &dyn Fn(&rzk_quorum::LearnerStats) -> bool| {
+            if leading {
+                q.learners.iter().filter(|l| f(l)).count()
+            } else {
+                0
+            }
+        };
         ServerStats {
             version: version(),
             server_id: if cfg.servers.is_empty() {
@@ -318,14 +337,16 @@ impl Core {
             },
             config: cfg.clone(),
             quorum: QuorumView {
-                state: state_name(cfg, self.replicator.role()),
-                leader: self.replicator.leader().map(|p| p.0),
+                state: state_name(cfg, role),
+                leader: q.leader.map(|p| p.0),
                 quorum_size: voters.max(1),
-                learners: 0,
-                synced_followers: 0,
+                serving,
+                learners: count(&|_| true),
+                followers: count(&|l| l.voting),
+                synced_followers: count(&|l| l.voting && l.synced),
                 synced_non_voting_followers: 0,
-                synced_observers: 0,
-                pending_syncs: 0,
+                synced_observers: count(&|l| !l.voting && l.synced),
+                pending_syncs: if leading { q.pending_syncs } else { 0 },
                 last_zxid: self.applied,
             },
             uptime_ms: self.started.elapsed().as_millis() as u64,
