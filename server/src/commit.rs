@@ -16,11 +16,18 @@ use crate::watch::ConnId;
 impl Core {
     pub(crate) fn on_committed(&mut self, item: Committed) -> Result<(), CoreError> {
         match item {
-            Committed::Snapshot { zxid, data } => {
+            Committed::Snapshot { zxid, source } => {
                 // Zxid 0 with no bytes is the empty state of a new data directory.
-                let (tree, sessions, at) = if zxid == Zxid::ZERO && data.is_empty() {
+                let (tree, sessions, at) = if zxid == Zxid::ZERO && source.is_empty() {
                     (DataTree::new(), Vec::new(), Zxid::ZERO)
                 } else {
+                    // The source streams (and checks) the file; read whole into
+                    // the one-buffer loader until the tree loads while reading.
+                    let mut data = Vec::with_capacity(source.len_bytes() as usize);
+                    source
+                        .reader()
+                        .and_then(|mut r| std::io::Read::read_to_end(&mut r, &mut data))
+                        .map_err(|e| CoreError::Corrupt(format!("snapshot at {zxid}: {e}")))?;
                     DataTree::load_snapshot(&data)
                         .map_err(|e| CoreError::Corrupt(format!("snapshot at {zxid}: {e}")))?
                 };

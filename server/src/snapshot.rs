@@ -2,6 +2,8 @@
 //! (copy-on-write, so writes go on while it is written) and handed to the
 //! replicator, which makes them durable and purges the history they cover.
 
+use rzk_quorum::{Proposal, SnapshotWriteError};
+
 use crate::core::{snapshot_trigger, Core};
 use crate::tree::SessionRecord;
 
@@ -53,8 +55,25 @@ impl Core {
     fn snapshot_step_nodes(&mut self, budget: usize) {
         if let Some((zxid, data)) = self.tree.snapshot_step(budget) {
             tracing::info!(%zxid, bytes = data.len(), "snapshot written; saving");
-            self.snapshot_saves
-                .push(self.replicator.save_snapshot(zxid, data));
+            // The one-buffer snapshot goes to the replicator's streaming
+            // writer as one chunk, until the tree hands it out in parts.
+            let mut writer = self.replicator.snapshot_writer(zxid);
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                let mut chunk = data;
+                let written = loop {
+                    match writer.try_write(chunk) {
+                        Ok(()) => break writer.finish().await,
+                        Err(SnapshotWriteError::Full(back)) => {
+                            chunk = back;
+                            writer.ready().await;
+                        }
+                        Err(SnapshotWriteError::Failed(e)) => break Err(e),
+                    }
+                };
+                let _ = tx.send(written);
+            });
+            self.snapshot_saves.push(Proposal::new(rx));
             self.tree.collect_acl_garbage();
         }
     }
