@@ -17,12 +17,24 @@ alternately for several rounds, and prints medians and rzk/ZooKeeper ratios.
   --seconds S              seconds per run (default 5)
   --workloads a,b,..       default: create,set,get,exists,children,delete,mixed,mix,multi,watch,storm
   --sessions N             rzk-bench --sessions (default 32)
-  --inflight N             rzk-bench --inflight (default 8)
+  --inflights a,b,..       requests in flight per session; every workload runs at each
+                           (default 1,8: synchronous clients such as kazoo, Curator and
+                           zkCli issue one at a time; pipelining ones more)
+  --inflight N             the same as --inflights N
   --value-bytes N          rzk-bench --value-bytes (default 128)
   --snap-count N           snapCount of both servers (default 100000, the default of both; quick 10000)
+  --no-snapshot-check      do not also run create on an rzk with snapshots off (by default
+                           each create run is repeated on rzk with snapCount=1000000000,
+                           to show what snapshots cost the log)
   --warmup-seconds S        before round 1, every workload once for S s on each server,
                            not counted (JIT and caches; default 1, quick 0; 0 = none)
-  --zk-heap SIZE           ZooKeeper JVM heap, -Xms = -Xmx (default 2g)
+  --zk-heap SIZE           ZooKeeper JVM heap, -Xmx (default 1g)
+  --zk-xms                 also -Xms = -Xmx (heap committed up front; by default the heap
+                           grows as used, so its RSS follows what ZooKeeper needs). The
+                           footprint measures memory both ways either way.
+  --storm-sessions N       sessions of the connection storm (default 10000; quick 500)
+  --storm-parallelism N    connects in progress at once (default 64)
+  --no-storm               skip the connection storm
   --quick                  1 round of 1 s on create,get,set,mixed; small footprint numbers (CI)
   --footprint              after the throughput runs, measure memory, restart and snapshot time
   --footprint-only         only the footprint part (benches/footprint.sh does this)
@@ -33,6 +45,9 @@ alternately for several rounds, and prints medians and rzk/ZooKeeper ratios.
   --keep                   keep the work dir
   --note TEXT              a sentence printed with the results (e.g. "machine shared with builds")
   --write-benchmarks       replace the comparison section of BENCHMARKS.md with this run's results
+
+Every run also records the server's own CPU time (utime + stime from
+/proc/<pid>/stat, before and after) and reports it per operation.
 
 Environment: RZK_BENCH_BIN, RZK_BIN (default: built from this repository with
 `cargo build --release -p rzk-benches -p rzk-server --bin rzk-bench --bin rzk`), CARGO_TARGET_DIR.
@@ -49,9 +64,14 @@ ROUNDS=3
 SECONDS_PER_RUN=5
 WORKLOADS=create,set,get,exists,children,delete,mixed,mix,multi,watch,storm
 SESSIONS=32
-INFLIGHT=8
+INFLIGHTS=1,8
 VALUE_BYTES=128
-ZK_HEAP=2g
+ZK_HEAP=1g
+ZK_XMS=0
+SNAP_CHECK=1
+STORM=1
+STORM_SESSIONS=""
+STORM_PARALLELISM=64
 WARMUP=1
 NOTE=""
 QUICK=0
@@ -67,8 +87,9 @@ workloads_given=0 rounds_given=0 seconds_given=0 snap_given=0 warmup_given=0
 
 while [ $# -gt 0 ]; do
   case $1 in
-  --mode | --rounds | --seconds | --workloads | --sessions | --inflight | --value-bytes | --zk-heap | \
-    --note | --warmup-seconds | --snap-count | --fp-* | --work-dir)
+  --mode | --rounds | --seconds | --workloads | --sessions | --inflight | --inflights | --value-bytes | \
+    --zk-heap | --note | --warmup-seconds | --snap-count | --fp-* | --work-dir | --storm-sessions | \
+    --storm-parallelism)
     [ $# -ge 2 ] || die "$1 needs a value"
     ;;
   esac
@@ -78,9 +99,14 @@ while [ $# -gt 0 ]; do
   --seconds) SECONDS_PER_RUN=$2; seconds_given=1; shift ;;
   --workloads) WORKLOADS=$2; workloads_given=1; shift ;;
   --sessions) SESSIONS=$2; shift ;;
-  --inflight) INFLIGHT=$2; shift ;;
+  --inflight | --inflights) INFLIGHTS=$2; shift ;;
   --value-bytes) VALUE_BYTES=$2; shift ;;
   --zk-heap) ZK_HEAP=$2; shift ;;
+  --zk-xms) ZK_XMS=1 ;;
+  --no-snapshot-check) SNAP_CHECK=0 ;;
+  --storm-sessions) STORM_SESSIONS=$2; shift ;;
+  --storm-parallelism) STORM_PARALLELISM=$2; shift ;;
+  --no-storm) STORM=0 ;;
   --note) NOTE=$2; shift ;;
   --warmup-seconds) WARMUP=$2; warmup_given=1; shift ;;
   --snap-count) SNAP_COUNT=$2; snap_given=1; shift ;;
@@ -111,11 +137,18 @@ if [ $QUICK = 1 ]; then
   [ $snap_given = 1 ] || SNAP_COUNT=10000
   [ $warmup_given = 1 ] || WARMUP=0
   FP_ZNODES=${FP_ZNODES:-20000} FP_IDLE=${FP_IDLE:-500} FP_RESTART=${FP_RESTART:-50000}
+  STORM_SESSIONS=${STORM_SESSIONS:-500}
   [ $WRITE = 0 ] || die "--write-benchmarks with --quick: BENCHMARKS.md holds full runs only"
 fi
 FP_ZNODES=${FP_ZNODES:-200000} FP_IDLE=${FP_IDLE:-10000} FP_RESTART=${FP_RESTART:-1000000}
-for n in SNAP_COUNT ROUNDS SECONDS_PER_RUN SESSIONS INFLIGHT VALUE_BYTES FP_ZNODES FP_IDLE FP_RESTART; do
+STORM_SESSIONS=${STORM_SESSIONS:-10000}
+for n in SNAP_COUNT ROUNDS SECONDS_PER_RUN SESSIONS VALUE_BYTES FP_ZNODES FP_IDLE FP_RESTART \
+  STORM_SESSIONS STORM_PARALLELISM; do
   [[ ${!n} =~ ^[1-9][0-9]*$ ]] || die "$n=${!n}: expected a positive integer"
+done
+IFS=, read -r -a INFL <<<"$INFLIGHTS"
+for n in "${INFL[@]}"; do
+  [[ $n =~ ^[1-9][0-9]*$ ]] || die "--inflights $INFLIGHTS: expected positive integers"
 done
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "--warmup-seconds $WARMUP: expected an integer"
 IFS=, read -r -a WL <<<"$WORKLOADS"
@@ -165,20 +198,22 @@ log "work dir $WORK_DIR ($(findmnt -no SOURCE,FSTYPE -T "$WORK_DIR" | tr -s ' ' 
 
 FAILED=0
 
-# run_workload W NAME ROUND [SECONDS]: one rzk-bench run; its JSON line and exit
-# status go to runs/ (round "warmup" to runs/warmup/, which the report ignores).
+# run_workload W NAME ROUND INFLIGHT [SECONDS]: one rzk-bench run against server NAME;
+# its JSON line (with the server's CPU time during the timed phase, read by
+# rzk-bench from /proc/<pid>/stat) and exit status go to runs/W.NAME.iINFLIGHT.rROUND.*
+# (round "warmup" to runs/warmup/, which the report ignores).
 run_workload() {
-  local w=$1 name=$2 round=$3 secs=${4:-$SECONDS_PER_RUN} kind=${SRV_KIND[$2]} base rc=0
-  base="$WORK_DIR/runs/$w.$kind.r$round"
-  [ "$round" != warmup ] || base="$WORK_DIR/runs/warmup/$w.$kind"
+  local w=$1 name=$2 round=$3 inflight=$4 secs=${5:-$SECONDS_PER_RUN} base rc=0
+  base="$WORK_DIR/runs/$w.$name.i$inflight.r$round"
+  [ "$round" != warmup ] || base="$WORK_DIR/runs/warmup/$w.$name.i$inflight"
   # A run that hangs (a stalled server) is stopped and counted as failed.
   timeout --kill-after=10 $((secs * 4 + 180)) "$RZK_BENCH_BIN" run --server "127.0.0.1:${SRV_PORT[$name]}" --workload "$w" \
-    --sessions "$SESSIONS" --inflight "$INFLIGHT" --value-bytes "$VALUE_BYTES" \
-    --seconds "$secs" --seed "${round/warmup/0}" --json >"$base.json" 2>"$base.err" || rc=$?
+    --sessions "$SESSIONS" --inflight "$inflight" --value-bytes "$VALUE_BYTES" \
+    --seconds "$secs" --seed "${round/warmup/0}" --server-pid "${SRV_PID[$name]}" --json >"$base.json" 2>"$base.err" || rc=$?
   echo $rc >"$base.rc"
   local summary ok=1
   summary=$(python3 "$REPO_ROOT/benches/scripts/report.py" line "$base.json") || ok=0
-  log "round $round $w on $kind: $summary (exit $rc)"
+  log "round $round $w x$inflight on $name: $summary (exit $rc)"
   if [ $rc != 0 ] || [ $ok = 0 ]; then
     FAILED=1
     log "rzk-bench reported a failure; its stderr:"
@@ -186,57 +221,131 @@ run_workload() {
   fi
 }
 
-# setup_servers: prepares and starts the servers of --mode, named zk and rzk (the
-# names clients connect to). Ensemble mode will start three of each here and
-# point zk and rzk at one member; the rest of the script is topology-blind.
+# The servers of the throughput runs, by the names the result files carry.
+TP_SERVERS=(zookeeper rzk)
+
+# setup_servers: prepares and starts the servers of --mode: zookeeper, rzk and (for
+# the snapshot check) rzk-nosnap, an rzk with snapshots off. Ensemble mode will
+# start three of each here and point each name at one member; the rest of the
+# script is topology-blind.
 setup_servers() {
   case $MODE in
   standalone)
-    prepare_zookeeper zk "$WORK_DIR/zookeeper" "$ZK_HEAP"
+    prepare_zookeeper zookeeper "$WORK_DIR/zookeeper" "$ZK_HEAP" "$ZK_XMS"
     prepare_rzk rzk "$WORK_DIR/rzk"
-    start_server zk
+    start_server zookeeper
     start_server rzk
+    if [ $SNAP_CHECK = 1 ]; then
+      prepare_rzk rzk-nosnap "$WORK_DIR/rzk-nosnap" snapCount=1000000000
+      start_server rzk-nosnap
+    fi
     ;;
   esac
 }
 
+# run_pair W ROUND INFLIGHT FIRST SECOND [SECONDS]: W on both servers, and for create
+# on rzk with snapshots off right after rzk.
+run_pair() {
+  local w=$1 round=$2 inflight=$3 first=$4 second=$5 secs=${6:-$SECONDS_PER_RUN} name
+  for name in "$first" "$second"; do
+    run_workload "$w" "$name" "$round" "$inflight" "$secs"
+    if [ "$name" = rzk ] && [ "$w" = create ] && [ $SNAP_CHECK = 1 ]; then
+      run_workload create rzk-nosnap "$round" "$inflight" "$secs"
+    fi
+  done
+}
+
 throughput() {
-  log "ZooKeeper JVM flags: $(zk_jvm_flags "$ZK_HEAP")"
+  log "ZooKeeper JVM flags: $(zk_jvm_flags "$ZK_HEAP" "$ZK_XMS")"
   setup_servers
-  local r w first second
+  local r w first second inflight
   if [ "$WARMUP" -gt 0 ]; then
     mkdir -p "$WORK_DIR/runs/warmup"
     for w in "${WL[@]}"; do
-      run_workload "$w" zk warmup "$WARMUP"
-      run_workload "$w" rzk warmup "$WARMUP"
+      run_pair "$w" warmup "${INFL[-1]}" zookeeper rzk "$WARMUP"
     done
   fi
   for ((r = 1; r <= ROUNDS; r++)); do
     # Alternate who goes first, so neither server always runs on a disk or page
     # cache the other has just warmed (or dirtied).
-    if ((r % 2)); then first=zk second=rzk; else first=rzk second=zk; fi
-    for w in "${WL[@]}"; do
-      run_workload "$w" "$first" "$r"
-      run_workload "$w" "$second" "$r"
+    if ((r % 2)); then first=zookeeper second=rzk; else first=rzk second=zookeeper; fi
+    for inflight in "${INFL[@]}"; do
+      for w in "${WL[@]}"; do
+        run_pair "$w" "$r" "$inflight" "$first" "$second"
+      done
     done
   done
-  stop_server zk
+  stop_server zookeeper
   stop_server rzk
+  [ $SNAP_CHECK = 0 ] || stop_server rzk-nosnap
+}
+
+# storm_round KIND ROUND: on server storm-KIND, STORM_SESSIONS new sessions
+# STORM_PARALLELISM at a time, left open; kill -9 and restart the server (a failed
+# member); the same sessions resumed at once. Results: storm/KIND.{new,resume}.rROUND.json.
+storm_round() {
+  local kind=$1 round=$2 name="storm-$1" out rc
+  local sessions="$WORK_DIR/storm/$kind.sessions.r$round"
+  for phase in new resume; do
+    out="$WORK_DIR/storm/$kind.$phase.r$round.json"
+    local args=(--save-sessions "$sessions")
+    [ $phase = new ] || args=(--resume "$sessions")
+    rc=0
+    timeout --kill-after=10 900 "$RZK_BENCH_BIN" connect-storm --server "127.0.0.1:${SRV_PORT[$name]}" \
+      --sessions "$STORM_SESSIONS" --connect-parallelism "$STORM_PARALLELISM" --session-timeout-ms 30000 \
+      "${args[@]}" --json >"$out" 2>"$out.err" || rc=$?
+    log "storm round $round on $kind, $phase: $(python3 "$REPO_ROOT/benches/scripts/report.py" storm-line "$out") (exit $rc)"
+    if [ $rc != 0 ]; then
+      FAILED=1
+      tail -20 "$out.err" >&2
+      return 0
+    fi
+    if [ $phase = new ]; then
+      kill -KILL "${SRV_PID[$name]}"
+      wait "${SRV_PID[$name]}" 2>/dev/null || true
+      echo "--- kill -9, restart ---" >>"${SRV_LOG[$name]}"
+      launch "$name" "${SRV_DIR[$name]}/t0-storm-$round"
+      wait_serving "$name" --timeout-seconds 300 >/dev/null || die "$kind: not serving after the restart"
+    fi
+  done
+}
+
+storm() {
+  raise_nofile "$STORM_SESSIONS"
+  mkdir -p "$WORK_DIR/storm"
+  prepare_zookeeper storm-zookeeper "$WORK_DIR/storm-zookeeper" "$ZK_HEAP" "$ZK_XMS"
+  prepare_rzk storm-rzk "$WORK_DIR/storm-rzk"
+  start_server storm-zookeeper
+  start_server storm-rzk
+  local r
+  for ((r = 1; r <= ROUNDS; r++)); do
+    if ((r % 2)); then
+      storm_round zookeeper "$r"
+      storm_round rzk "$r"
+    else
+      storm_round rzk "$r"
+      storm_round zookeeper "$r"
+    fi
+  done
+  stop_server storm-zookeeper
+  stop_server storm-rzk
 }
 
 # shellcheck source=scripts/footprint.sh
 source "$REPO_ROOT/benches/scripts/footprint.sh"
 
 [ $THROUGHPUT = 0 ] || throughput
+[ $THROUGHPUT = 0 ] || [ $STORM = 0 ] || storm
 [ $FOOTPRINT = 0 ] || footprint
 
 report_args=(
   --work-dir "$WORK_DIR"
   --command "$CMD_SHOWN" "${BINS_FROM_ENV[@]}" --note "$NOTE"
-  --zk-jvm "$(zk_jvm_flags "$ZK_HEAP")"
+  --zk-jvm "$(zk_jvm_flags "$ZK_HEAP" "$ZK_XMS")" --zk-jvm-xms "$(zk_jvm_flags "$ZK_HEAP" 1)"
   --rzk-bin "$RZK_BIN" --bench-bin "$RZK_BENCH_BIN"
   --rounds "$ROUNDS" --seconds "$SECONDS_PER_RUN" --warmup-seconds "$WARMUP" --sessions "$SESSIONS"
-  --inflight "$INFLIGHT" --value-bytes "$VALUE_BYTES" --workloads "$WORKLOADS"
+  --inflights "$INFLIGHTS" --value-bytes "$VALUE_BYTES" --workloads "$WORKLOADS"
+  --storm-sessions "$STORM_SESSIONS" --storm-parallelism "$STORM_PARALLELISM"
   --snap-count "$SNAP_COUNT" --fp-znodes "$FP_ZNODES" --fp-idle-sessions "$FP_IDLE" --fp-restart-znodes "$FP_RESTART"
 )
 python3 "$REPO_ROOT/benches/scripts/report.py" report "${report_args[@]}" >"$WORK_DIR/section.md"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Smoke run of the rzk vs Apache ZooKeeper 3.8 comparison (benches/compare.sh):
 # proves on a fresh machine that both servers start with the same settings, that
-# rzk-bench drives both, and that the footprint measurements (RSS, idle sessions,
-# snapshot, restart) run end to end. Quick figures only (1 round of 1 s, small
-# footprint numbers); they are printed, never written to BENCHMARKS.md.
-# Fails if any rzk-bench run fails or reports errors. About 1 minute on 2 cores
+# rzk-bench drives both, and that the connection storm and the footprint
+# measurements (RSS, idle sessions, snapshot, restart) run end to end. Quick
+# figures only (1 round of 1 s at 1 and 8 in flight, a storm of 500 sessions,
+# small footprint numbers); they are printed, never written to BENCHMARKS.md.
+# Fails if any rzk-bench run fails or reports errors. About 2 minutes on 2 cores
 # after the build (compare.sh builds rzk-bench and rzk unless RZK_BENCH_BIN and
 # RZK_BIN are set). Installs Debian's zookeeper packages if missing.
 set -euo pipefail

@@ -15,13 +15,18 @@
 # on ZooKeeper with 1M children in one populate).
 FP_PATH=/rzk-populate
 FP_CHUNK=100000
+# Requests in flight per session of the populates and the snapshot trigger.
+FP_INFLIGHT=8
 
 fp_put() { printf '%s=%s\n' "$2" "$3" >>"$WORK_DIR/fp/$1.txt"; }
 
+# fp_prepare KIND NAME DIR: KIND is rzk, zookeeper (its heap as --zk-xms says) or
+# zookeeper-xms (-Xms = -Xmx: the heap committed up front).
 fp_prepare() {
   local kind=$1 name=$2 dir=$3
   case $kind in
-  zookeeper) prepare_zookeeper "$name" "$dir" "$ZK_HEAP" ;;
+  zookeeper) prepare_zookeeper "$name" "$dir" "$ZK_HEAP" "$ZK_XMS" ;;
+  zookeeper-xms) prepare_zookeeper "$name" "$dir" "$ZK_HEAP" 1 ;;
   rzk) prepare_rzk "$name" "$dir" ;;
   esac
 }
@@ -43,7 +48,7 @@ fp_populate() {
     local out="$WORK_DIR/fp/$kind.$tag.$i.json"
     if ! timeout --kill-after=10 1800 "$RZK_BENCH_BIN" populate --server "127.0.0.1:${SRV_PORT[$name]}" \
       --znodes "$(fp_chunk_size "$n" "$i")" --value-bytes "$VALUE_BYTES" --path "$FP_PATH-$i" \
-      --sessions "$SESSIONS" --inflight "$INFLIGHT" --json >"$out" 2>"$out.err"; then
+      --sessions "$SESSIONS" --inflight "$FP_INFLIGHT" --json >"$out" 2>"$out.err"; then
       tail -20 "$out.err" >&2
       die "$kind: rzk-bench populate failed"
     fi
@@ -52,18 +57,6 @@ fp_populate() {
   python3 -c 'import json,sys; n,s=int(sys.argv[1]),float(sys.argv[2]); print(json.dumps({"znodes":n,"seconds":round(s,3),"ops_per_sec":round(n/s,1)}))' \
     "$n" "$secs" >"$WORK_DIR/fp/$kind.$tag.json"
   log "$kind: populated: $(cat "$WORK_DIR/fp/$kind.$tag.json")"
-}
-
-# Raises the soft open-files limit for the idle sessions (the servers started
-# afterwards, and rzk-bench, inherit it).
-fp_raise_nofile() {
-  local want=$((FP_IDLE + 1024)) hard
-  hard=$(ulimit -Hn)
-  if [ "$hard" != unlimited ] && [ "$hard" -lt "$want" ]; then
-    die "ulimit -Hn is $hard; $FP_IDLE idle sessions need $want open files (raise the hard limit or lower --fp-idle-sessions)"
-  fi
-  [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$want" ] && ulimit -n "$want"
-  return 0
 }
 
 fp_memory() {
@@ -125,7 +118,7 @@ fp_snapshot() {
     fi
     local out="$WORK_DIR/fp/$kind.trigger.$i.json"
     timeout --kill-after=10 600 "$RZK_BENCH_BIN" run --server "127.0.0.1:${SRV_PORT[$name]}" --workload set --ops 5000 \
-      --sessions "$SESSIONS" --inflight "$INFLIGHT" --value-bytes "$VALUE_BYTES" --seed "$i" \
+      --sessions "$SESSIONS" --inflight "$FP_INFLIGHT" --value-bytes "$VALUE_BYTES" --seed "$i" \
       --json >"$out" 2>"$out.err" || { tail -20 "$out.err" >&2; die "$kind: setData to trigger a snapshot failed"; }
   done
   [ $found = 1 ] || die "$kind: no snapshot began after 60 x 5000 setData (snapCount is $SNAP_COUNT)"
@@ -175,8 +168,10 @@ fp_restart() {
 }
 
 footprint() {
-  fp_raise_nofile
-  local kind
-  for kind in zookeeper rzk; do fp_memory "$kind"; done
+  raise_nofile "$FP_IDLE"
+  local kind xms_kind=zookeeper-xms
+  # ZooKeeper's memory both ways: heap grown as used, and committed up front.
+  [ "$ZK_XMS" = 0 ] || xms_kind=""
+  for kind in zookeeper $xms_kind rzk; do fp_memory "$kind"; done
   for kind in zookeeper rzk; do fp_restart "$kind"; done
 }

@@ -70,19 +70,26 @@ ruok() {
   ) 2>/dev/null
 }
 
-# Server records, by name: SRV_KIND (zookeeper|rzk), SRV_DIR, SRV_PORT, SRV_PID, SRV_LOG.
-declare -A SRV_KIND SRV_DIR SRV_PORT SRV_PID SRV_LOG
-# The JVM heap of each ZooKeeper server (-Xms = -Xmx).
-declare -A ZK_HEAP_FOR
+# Server records, by name: SRV_KIND (zookeeper|rzk), SRV_DIR, SRV_PORT, SRV_PID, SRV_LOG,
+# and SRV_EXTRA: settings added to rzk's command line (--set k=v words, one per line).
+declare -A SRV_KIND SRV_DIR SRV_PORT SRV_PID SRV_LOG SRV_EXTRA
+# The JVM heap (-Xmx) of each ZooKeeper server, and whether it is committed up
+# front (-Xms = -Xmx: 1) or grows as used (no -Xms, the JVM's default: 0).
+declare -A ZK_HEAP_FOR ZK_XMS_FOR
 
-# zk_jvm_flags HEAP: the JVM flags every ZooKeeper run uses (printed in the report).
+# zk_jvm_flags HEAP [XMS]: the JVM flags of a ZooKeeper run (printed in the report).
+# Without -Xms (XMS 0, the default) the heap grows as it is used, so the RSS
+# follows what ZooKeeper needs; with -Xms = -Xmx the whole heap is committed up
+# front and the RSS hardly moves.
 zk_jvm_flags() {
-  printf '%s' "-Xms$1 -Xmx$1 -XX:+UseG1GC -Dzookeeper.admin.enableServer=false"
+  local xms=""
+  [ "${2:-0}" = 0 ] || xms="-Xms$1 "
+  printf '%s' "${xms}-Xmx$1 -XX:+UseG1GC -Dzookeeper.admin.enableServer=false"
 }
 
-# prepare_zookeeper NAME DIR HEAP: writes DIR/zoo.cfg and DIR/conf, records the server.
+# prepare_zookeeper NAME DIR HEAP [XMS]: writes DIR/zoo.cfg and DIR/conf, records the server.
 prepare_zookeeper() {
-  local name=$1 dir=$2 heap=$3 port
+  local name=$1 dir=$2 heap=$3 xms=${4:-0} port
   port=$(free_port)
   mkdir -p "$dir/data" "$dir/conf"
   cat >"$dir/zoo.cfg" <<CFG
@@ -103,15 +110,19 @@ log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
 log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n
 PROPS
   SRV_KIND[$name]=zookeeper SRV_DIR[$name]=$dir SRV_PORT[$name]=$port SRV_LOG[$name]=$dir/server.log
-  ZK_HEAP_FOR[$name]=$heap
+  ZK_HEAP_FOR[$name]=$heap ZK_XMS_FOR[$name]=$xms
 }
 
-# prepare_rzk NAME DIR: records an rzk server with its data dir under DIR.
+# prepare_rzk NAME DIR [KEY=VALUE...]: records an rzk server with its data dir under
+# DIR; the settings are added to its command line (after the common ones).
 prepare_rzk() {
-  local name=$1 dir=$2 port
+  local name=$1 dir=$2 port kv
+  shift 2
   port=$(free_port)
   mkdir -p "$dir/data"
   SRV_KIND[$name]=rzk SRV_DIR[$name]=$dir SRV_PORT[$name]=$port SRV_LOG[$name]=$dir/server.log
+  SRV_EXTRA[$name]=""
+  for kv in "$@"; do SRV_EXTRA[$name]+=$'--set\n'"$kv"$'\n'; done
 }
 
 # The argv of a recorded server, one word per line (into an array with mapfile).
@@ -121,13 +132,14 @@ server_argv() {
   zookeeper)
     local cp="$dir/conf:$ZK_JARS/zookeeper.jar:$ZK_JARS/slf4j-log4j12.jar:$ZK_JARS/log4j-1.2.jar"
     # shellcheck disable=SC2086
-    printf '%s\n' java $(zk_jvm_flags "${ZK_HEAP_FOR[$name]}") \
+    printf '%s\n' java $(zk_jvm_flags "${ZK_HEAP_FOR[$name]}" "${ZK_XMS_FOR[$name]:-0}") \
       "-Dlog4j.configuration=file:$dir/conf/log4j.properties" -cp "$cp" "$ZK_MAIN" "$dir/zoo.cfg"
     ;;
   rzk)
     printf '%s\n' "$RZK_BIN" --client-port "${SRV_PORT[$name]}" --client-port-address 127.0.0.1 \
       --data-dir "$dir/data" --set tickTime=2000 --set maxClientCnxns=0 \
       --set '4lw.commands.whitelist=*' --set "snapCount=$SNAP_COUNT" --set forceSync=yes
+    printf '%s' "${SRV_EXTRA[$name]:-}"
     ;;
   esac
 }
@@ -208,5 +220,17 @@ cleanup_started() {
   for pid in "${STARTED_PIDS[@]}"; do
     kill -0 "$pid" 2>/dev/null && stop_pid "$pid" 20
   done
+  return 0
+}
+
+# raise_nofile N: raises the soft open-files limit to N + 1024 (the servers started
+# afterwards, and rzk-bench, inherit it).
+raise_nofile() {
+  local want=$(($1 + 1024)) hard
+  hard=$(ulimit -Hn)
+  if [ "$hard" != unlimited ] && [ "$hard" -lt "$want" ]; then
+    die "ulimit -Hn is $hard; $1 sessions need $want open files (raise the hard limit or use fewer)"
+  fi
+  [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$want" ] && ulimit -n "$want"
   return 0
 }

@@ -97,6 +97,10 @@ pub struct RunArgs {
     /// `delete`, the znodes each session pre-creates (default 2000).
     #[arg(long)]
     pub keys_per_session: Option<usize>,
+    /// The server's process id (same machine): its CPU time during the timed
+    /// phase is reported, per operation too.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
 }
 
 /// `rzk-bench populate`.
@@ -327,6 +331,7 @@ impl RunArgs {
             progress_seconds: self.progress_seconds,
             seed: self.seed.unwrap_or(clock_seed),
             keys_per_session,
+            server_pid: self.server_pid,
         })
     }
 }

@@ -26,6 +26,13 @@ impl CpuTime {
             .unwrap_or_default()
     }
 
+    /// Another process's CPU time (all its threads), if it can be read.
+    pub fn of_pid(pid: u32) -> Option<CpuTime> {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| CpuTime::parse_stat(&s))
+    }
+
     /// Parses utime and stime (fields 14 and 15) of a `/proc/<pid>/stat` line.
     /// The command name (field 2) may hold spaces and parentheses, so fields are
     /// counted from the last `)`.
@@ -111,6 +118,8 @@ pub struct Report {
     pub latency: Percentiles,
     /// The generator's CPU time during the timed phase.
     pub cpu: CpuTime,
+    /// The server's CPU time during the timed phase (`--server-pid`).
+    pub server_cpu: Option<CpuTime>,
     /// Cores available, for `cpu_share`.
     pub cores: usize,
     /// The first error messages (all errors are counted in `errors`).
@@ -141,7 +150,15 @@ impl Report {
         }
     }
 
-    /// The one JSON line of `--json` (see `cli-spec`), without newline.
+    /// The server's CPU time per operation in µs (`--server-pid`).
+    pub fn server_cpu_us_per_op(&self) -> Option<f64> {
+        let cpu = self.server_cpu?;
+        (self.ops > 0).then(|| (cpu.user_s + cpu.sys_s) * 1e6 / self.ops as f64)
+    }
+
+    /// The one JSON line of `--json` (see `cli-spec`), without newline. With
+    /// `--server-pid`, three fields follow the contract's:
+    /// `server_cpu_user_s`, `server_cpu_sys_s`, `server_cpu_us_per_op`.
     pub fn to_json(&self) -> String {
         // Written by hand to keep the contract's key order; strings go
         // through serde_json for escaping.
@@ -168,6 +185,17 @@ impl Report {
             number(round(self.cpu.sys_s, 2)),
             number(round(self.cpu_share(), 3)),
         )
+        .trim_end_matches('}')
+        .to_owned()
+            + &match self.server_cpu {
+                None => "}".to_owned(),
+                Some(s) => format!(
+                    ",\"server_cpu_user_s\":{},\"server_cpu_sys_s\":{},\"server_cpu_us_per_op\":{}}}",
+                    number(round(s.user_s, 2)),
+                    number(round(s.sys_s, 2)),
+                    number(round(self.server_cpu_us_per_op().unwrap_or(0.0), 2)),
+                ),
+            }
     }
 
     /// The human summary block.
@@ -262,6 +290,7 @@ mod tests {
             messages: vec![],
             namespace: "/ns".into(),
             seed: 1,
+            server_cpu: None,
         };
         let line = report.to_json();
         assert!(!line.contains('\n'));
@@ -295,5 +324,17 @@ mod tests {
         assert_eq!(v.as_object().unwrap().len(), expected.len());
         assert_eq!(v["ops_per_sec"], 500.0);
         assert_eq!(v["cpu_share"], 0.25);
+        // With the server's CPU time, three fields follow.
+        let with = Report {
+            server_cpu: Some(CpuTime {
+                user_s: 0.3,
+                sys_s: 0.1,
+            }),
+            ..report
+        };
+        let v: serde_json::Value = serde_json::from_str(&with.to_json()).unwrap();
+        assert_eq!(v.as_object().unwrap().len(), expected.len() + 3);
+        assert_eq!(v["server_cpu_user_s"], 0.3);
+        assert_eq!(v["server_cpu_us_per_op"], 400.0);
     }
 }

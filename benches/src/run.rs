@@ -59,6 +59,9 @@ pub struct RunOptions {
     /// Keys each session owns (get, set, exists, mixed, mix; the pool of
     /// `delete` in a timed run).
     pub keys_per_session: usize,
+    /// The server's process id, when it runs on this machine: its CPU time
+    /// during the timed phase is then reported (`server_cpu_*` in the JSON).
+    pub server_pid: Option<u32>,
 }
 
 /// A namespace nobody else uses: `/rzk-bench-<pid>-<nanoseconds>` in hex.
@@ -131,6 +134,8 @@ pub struct Measured {
     pub seconds: f64,
     /// CPU time of the generator during it.
     pub cpu: CpuTime,
+    /// CPU time of the server during it, if its process id was given.
+    pub server_cpu: Option<CpuTime>,
     /// Sessions used.
     pub sessions: usize,
 }
@@ -149,6 +154,7 @@ impl Measured {
             seconds: self.seconds,
             latency: Percentiles::of(&self.stats.latency_us),
             cpu: self.cpu,
+            server_cpu: self.server_cpu,
             cores: cores(),
             messages: self.stats.messages,
             namespace: opts.namespace.clone(),
@@ -191,8 +197,21 @@ pub struct TimedPhase {
     clock: CancellationToken,
     /// The generator's CPU time when the phase began.
     cpu_start: CpuTime,
+    /// The server's process and its CPU time when the phase began.
+    server_start: Option<(u32, CpuTime)>,
     /// When the phase began.
     started: Instant,
+}
+
+/// What a timed phase measured.
+#[derive(Clone, Copy, Debug)]
+pub struct PhaseEnd {
+    /// Wall time, seconds.
+    pub seconds: f64,
+    /// The generator's CPU time.
+    pub cpu: CpuTime,
+    /// The server's CPU time, if its process id was given and readable.
+    pub server_cpu: Option<CpuTime>,
 }
 
 impl TimedPhase {
@@ -213,16 +232,26 @@ impl TimedPhase {
         TimedPhase {
             clock,
             cpu_start: CpuTime::now(),
+            server_start: opts
+                .server_pid
+                .and_then(|pid| Some((pid, CpuTime::of_pid(pid)?))),
             started: Instant::now(),
         }
     }
 
     /// Stops the clock; returns the elapsed seconds and the CPU time used.
-    pub fn finish(self) -> (f64, CpuTime) {
+    pub fn finish(self) -> PhaseEnd {
         let seconds = self.started.elapsed().as_secs_f64();
         let cpu = CpuTime::now().since(self.cpu_start);
+        let server_cpu = self
+            .server_start
+            .and_then(|(pid, start)| Some(CpuTime::of_pid(pid)?.since(start)));
         self.clock.cancel();
-        (seconds, cpu)
+        PhaseEnd {
+            seconds,
+            cpu,
+            server_cpu,
+        }
     }
 }
 
@@ -344,7 +373,7 @@ async fn run_pipelined(
         })
         .collect();
     let finished = join_all(tasks).await;
-    let (seconds, cpu) = phase.finish();
+    let end = phase.finish();
 
     let mut total = empty_stats();
     let mut live_znodes = 1; // the namespace itself
@@ -373,8 +402,9 @@ async fn run_pipelined(
     }
     Ok(Measured {
         stats: total,
-        seconds,
-        cpu,
+        seconds: end.seconds,
+        cpu: end.cpu,
+        server_cpu: end.server_cpu,
         sessions: opts.sessions,
     }
     .into_report(opts))

@@ -40,11 +40,12 @@ pub async fn run(opts: &RunOptions, cancel: &CancellationToken) -> Result<Report
             Err(e) => total.error(format!("storm task failed: {e}")),
         }
     }
-    let (seconds, cpu) = phase.finish();
+    let end = phase.finish();
     Ok(Measured {
         stats: total,
-        seconds,
-        cpu,
+        seconds: end.seconds,
+        cpu: end.cpu,
+        server_cpu: end.server_cpu,
         sessions: opts.sessions.max(1),
     }
     .into_report(opts))

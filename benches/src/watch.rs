@@ -91,7 +91,7 @@ pub async fn run(opts: &RunOptions, cancel: &CancellationToken) -> Result<Report
             total.error(message);
         }
     }
-    let (seconds, cpu) = phase.finish();
+    let end = phase.finish();
     stop.cancel();
     for joined in join_all(tasks).await {
         match joined {
@@ -104,8 +104,9 @@ pub async fn run(opts: &RunOptions, cancel: &CancellationToken) -> Result<Report
     }
     Ok(Measured {
         stats: total,
-        seconds,
-        cpu,
+        seconds: end.seconds,
+        cpu: end.cpu,
+        server_cpu: end.server_cpu,
         sessions: watchers + 1,
     }
     .into_report(opts))

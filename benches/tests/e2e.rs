@@ -68,6 +68,7 @@ fn options(server: &Server, workload: WorkloadKind, ops: u64) -> RunOptions {
         progress_seconds: 0.0,
         seed: 11,
         keys_per_session: 8,
+        server_pid: None,
     }
 }
 
@@ -159,6 +160,20 @@ async fn multi_runs_clean() {
 async fn watch_runs_clean() {
     // 4 watchers: 10 rounds of one setData and 4 notifications each.
     run_clean(WorkloadKind::Watch, 40, 40).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_cpu_time_is_reported_with_its_pid() {
+    let server = Server::start().await;
+    let mut opts = options(&server, WorkloadKind::Get, 3000);
+    // The server runs in this process.
+    opts.server_pid = Some(std::process::id());
+    let report = run(&opts, CancellationToken::new()).await.unwrap();
+    assert_eq!(report.errors, 0, "{:?}", report.messages);
+    let cpu = report.server_cpu.expect("the server's CPU time");
+    assert!(cpu.user_s + cpu.sys_s >= 0.0);
+    assert!(report.to_json().contains("\"server_cpu_us_per_op\":"));
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -57,7 +57,6 @@ pub struct Conn {
     codec: ClientCodec,
     rbuf: BytesMut,
     wbuf: BytesMut,
-    next_xid: i32,
 }
 
 /// A session: its id and password, and the highest zxid it has seen.
@@ -71,6 +70,14 @@ pub struct SessionState {
     pub last_zxid: Zxid,
     /// The negotiated timeout.
     pub timeout_ms: i32,
+    /// The last xid used. Xids keep increasing across the session's
+    /// connections, as ZooKeeper's own client does: a member matches a
+    /// committed txn to the request waiting for it by (session, xid), so a
+    /// request from an earlier connection still in the pipeline must not share
+    /// its xid with a new one (found here: with xids restarting at 1 on each
+    /// connection, ZooKeeper answered a create with a BADVERSION meant for an
+    /// earlier setData of the same session).
+    pub last_xid: i32,
 }
 
 impl Conn {
@@ -104,7 +111,6 @@ impl Conn {
             codec: ClientCodec::new(),
             rbuf: BytesMut::with_capacity(4096),
             wbuf: BytesMut::with_capacity(256),
-            next_xid: 1,
         };
         let passwd = if state.id == 0 {
             Bytes::from_static(&[0; 16])
@@ -188,8 +194,8 @@ impl Conn {
     ) -> Result<Vec<Answer>, CallError> {
         let mut xids = Vec::with_capacity(requests.len());
         for r in requests {
-            let xid = Xid(self.next_xid);
-            self.next_xid += 1;
+            state.last_xid += 1;
+            let xid = Xid(state.last_xid);
             let frame = RequestFrame {
                 xid,
                 request: r.clone(),
@@ -232,5 +238,73 @@ impl Conn {
             }
         }
         Ok(answers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::{SinkExt, StreamExt};
+    use rzk_wire::server::Incoming as ServerIncoming;
+    use rzk_wire::{DeleteRequest, Reply, ServerCodec};
+    use tokio_util::codec::Framed;
+
+    /// A fake server: accepts sessions (always id 7), answers every request ok,
+    /// and reports the xids it saw.
+    async fn fake_server(xids: tokio::sync::mpsc::UnboundedSender<i32>) -> std::net::SocketAddr {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                let xids = xids.clone();
+                tokio::spawn(async move {
+                    let mut f = Framed::new(s, ServerCodec::new());
+                    while let Some(Ok(item)) = f.next().await {
+                        match item {
+                            ServerIncoming::Connect(c) => {
+                                let r =
+                                    c.accept(10_000, SessionId(7), Bytes::from_static(&[1; 16]));
+                                f.send(r).await.unwrap();
+                            }
+                            ServerIncoming::Request(frame) => {
+                                xids.send(frame.xid.0).unwrap();
+                                f.send(Reply::ok(frame.xid, Zxid::from_u64(5), Response::Empty))
+                                    .await
+                                    .unwrap();
+                            }
+                            _ => return,
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn xids_keep_increasing_across_a_sessions_connections() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let addr = fake_server(tx).await;
+        let mut state = SessionState::default();
+        let delete = Request::Delete(DeleteRequest {
+            path: "/x".to_string().into(),
+            version: -1,
+        });
+        let limit = Duration::from_secs(10);
+        for _ in 0..2 {
+            let mut conn = Conn::connect(addr, &mut state, 10_000, limit)
+                .await
+                .ok()
+                .unwrap();
+            conn.call(&[delete.clone(), delete.clone()], &mut state, limit)
+                .await
+                .ok()
+                .unwrap();
+        }
+        let seen: Vec<i32> = (0..4).map(|_| rx.try_recv().unwrap()).collect();
+        assert_eq!(seen, vec![1, 2, 3, 4], "a resumed session reused xids");
+        assert_eq!(state.id, 7);
+        assert_eq!(state.last_zxid, Zxid::from_u64(5));
     }
 }

@@ -10,11 +10,15 @@
 //! Where a proxy cannot look like the network: a TCP handshake with the proxy
 //! always succeeds, so a target that is not listening cannot be "refused".
 //! Two things keep that close to the truth: while the chaos tool knows a
-//! target is down (killed), it closes the links' listeners
-//! ([`Link::set_listening`]), so connecting is refused as it would be; and a
-//! connection whose target refuses is held while the proxy retries for up to
-//! [`UPSTREAM_RETRY`] (a leader binds its quorum port a moment after it wins
-//! the election, and followers connect at once), and only then closed.
+//! target is down (killed), the link closes every connection at once and
+//! closes new ones as soon as they are accepted ([`Link::set_listening`]), so
+//! a peer fails at once as it would on a refusal (it sees the connection end
+//! instead); and a connection whose target refuses while its member runs is
+//! held while the proxy retries for up to [`UPSTREAM_RETRY`] (a leader binds
+//! its quorum port a moment after it wins the election, and followers connect
+//! at once), and only then closed. The listening port itself is never given
+//! up: another process could take it meanwhile (seen: a restarted member's
+//! link could not bind its port again).
 //!
 //! One [`Link`] listens on a free loopback port and forwards to one target.
 //! The chaos tool puts one in front of every quorum and election port for
@@ -44,11 +48,10 @@ pub struct Link {
     state: watch::Sender<bool>,
     /// Connections accepted so far (for tests and reports).
     accepted: Arc<AtomicU64>,
-    /// Where it forwards to.
-    target: SocketAddr,
-    /// The accept loop while listening; aborted on drop or when listening
-    /// stops, which also ends its connections.
-    accept: Option<JoinHandle<()>>,
+    /// Closed (true) while the target is known to be down.
+    refusing: watch::Sender<bool>,
+    /// The accept loop; aborted on drop, which also ends its connections.
+    accept: JoinHandle<()>,
 }
 
 impl Link {
@@ -57,46 +60,28 @@ impl Link {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let local = listener.local_addr()?;
         let (state, _) = watch::channel(true);
+        let (refusing, _) = watch::channel(false);
         let accepted = Arc::new(AtomicU64::new(0));
         let accept = tokio::spawn(accept_loop(
             listener,
             target,
             state.clone(),
+            refusing.clone(),
             accepted.clone(),
         ));
         Ok(Link {
             local,
             state,
             accepted,
-            target,
-            accept: Some(accept),
+            refusing,
+            accept,
         })
     }
 
-    /// Stops listening (connecting is refused; connections through the link
-    /// end) or listens again on the same port.
+    /// Closes every connection through the link and every new one at once
+    /// (`false`: the target is down), or carries them again (`true`).
     pub fn set_listening(&mut self, listening: bool) -> std::io::Result<()> {
-        match (listening, self.accept.is_some()) {
-            (false, true) => {
-                if let Some(a) = self.accept.take() {
-                    a.abort();
-                }
-            }
-            (true, false) => {
-                // tokio sets SO_REUSEADDR, so the port can be bound again at once.
-                let socket = tokio::net::TcpSocket::new_v4()?;
-                socket.set_reuseaddr(true)?;
-                socket.bind(self.local)?;
-                let listener = socket.listen(1024)?;
-                self.accept = Some(tokio::spawn(accept_loop(
-                    listener,
-                    self.target,
-                    self.state.clone(),
-                    self.accepted.clone(),
-                )));
-            }
-            (true, true) | (false, false) => {}
-        }
+        self.refusing.send_replace(!listening);
         Ok(())
     }
 
@@ -123,9 +108,7 @@ impl Link {
 
 impl Drop for Link {
     fn drop(&mut self) {
-        if let Some(a) = self.accept.take() {
-            a.abort();
-        }
+        self.accept.abort();
     }
 }
 
@@ -133,6 +116,7 @@ async fn accept_loop(
     listener: TcpListener,
     target: SocketAddr,
     state: watch::Sender<bool>,
+    refusing: watch::Sender<bool>,
     accepted: Arc<AtomicU64>,
 ) {
     // Connection tasks live in this set, so aborting the accept loop (on drop)
@@ -143,9 +127,32 @@ async fn accept_loop(
             accepted_conn = listener.accept() => {
                 let Ok((client, _)) = accepted_conn else { continue };
                 accepted.fetch_add(1, Ordering::Relaxed);
-                conns.spawn(carry(client, target, state.subscribe()));
+                if *refusing.borrow() {
+                    drop(client);
+                    continue;
+                }
+                let refused = refusing.subscribe();
+                let up = state.subscribe();
+                conns.spawn(async move {
+                    tokio::select! {
+                        _ = carry(client, target, up) => {}
+                        _ = until_refused(refused) => {}
+                    }
+                });
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+/// Resolves once the link starts refusing (its target went down).
+async fn until_refused(mut refusing: watch::Receiver<bool>) {
+    loop {
+        if *refusing.borrow_and_update() {
+            return;
+        }
+        if refusing.changed().await.is_err() {
+            std::future::pending::<()>().await;
         }
     }
 }
@@ -298,13 +305,23 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_link_that_stops_listening_refuses_and_listens_again_on_its_port() {
+    async fn a_refusing_link_ends_connections_at_once_and_carries_again_on_its_port() {
         let mut link = Link::start(echo_server().await).await.unwrap();
         let port = link.local();
+        let mut old = TcpStream::connect(port).await.unwrap();
+        assert_eq!(roundtrip(&mut old, b"before").await, b"before");
         link.set_listening(false).unwrap();
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(10), old.read(&mut buf)).await;
         assert!(
-            TcpStream::connect(port).await.is_err(),
-            "connect must be refused"
+            matches!(n, Ok(Ok(0)) | Ok(Err(_))),
+            "an open connection must end: {n:?}"
+        );
+        let mut new = TcpStream::connect(port).await.unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(10), new.read(&mut buf)).await;
+        assert!(
+            matches!(n, Ok(Ok(0)) | Ok(Err(_))),
+            "a new connection must end at once: {n:?}"
         );
         link.set_listening(true).unwrap();
         let mut s = TcpStream::connect(port).await.unwrap();

@@ -20,9 +20,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::core::{Config, Input, OpId, Output, Peer, StorageCmd, Tick};
+use crate::core::{Config, Input, OpId, Output, Peer, Refusal, StorageCmd, Tick};
 use crate::storage::{Storage, StorageError};
-use crate::transport::{Inbox, Transport};
+use crate::transport::{Inbound, Inbox, Transport};
 use crate::{
     CommitStream, Committed, PeerId, Proposal, QuorumStats, ReplicateError, Replicator, Role,
     SyncBarrier,
@@ -310,6 +310,31 @@ fn spawn_storage<S: Storage>(mut storage: S) -> StorageThread {
     (tx, done_rx, thread)
 }
 
+/// I7: a refused peer message is logged with the peer's id. A stale session
+/// (reported once per session) is routine after a change of leader.
+fn log_refused(peer: PeerId, msg: &'static str, reason: &Refusal) {
+    match reason {
+        Refusal::StaleSession(_) => {
+            tracing::info!(peer = peer.0, msg, %reason, "dropped a quorum message")
+        }
+        Refusal::OutOfOrder { .. }
+        | Refusal::Unexpected
+        | Refusal::WrongEpoch { .. }
+        | Refusal::AheadOfLeader
+        | Refusal::Inconsistent { .. }
+        | Refusal::UnknownVoter(_) => {
+            tracing::warn!(peer = peer.0, msg, %reason, "refused a quorum message")
+        }
+    }
+}
+
+fn inbound(m: Inbound) -> Input {
+    match m {
+        Inbound::Message { from, msg } => Input::Message { from, msg },
+        Inbound::Disconnected { peer } => Input::PeerDisconnected { peer },
+    }
+}
+
 struct Driver<T: Transport> {
     peer: Peer,
     clock: Instant,
@@ -366,11 +391,11 @@ impl<T: Transport> Driver<T> {
                     }
                 },
                 m = inbox.recv() => {
-                    let Some((from, msg)) = m else { return };
-                    self.step(Input::Message { from, msg });
+                    let Some(m) = m else { return };
+                    self.step(inbound(m));
                     for _ in 0..256 {
-                        let Ok((from, msg)) = inbox.try_recv() else { break };
-                        self.step(Input::Message { from, msg });
+                        let Ok(m) = inbox.try_recv() else { break };
+                        self.step(inbound(m));
                     }
                 }
                 c = cmds.recv() => {
@@ -517,6 +542,7 @@ impl<T: Transport> Driver<T> {
                         let _ = reply.send(Err(error));
                     }
                 }
+                Output::Refused { peer, msg, reason } => log_refused(peer, msg, &reason),
                 Output::Forwarded { from, payload } => {
                     let _ = self.commit_tx.send(Committed::Forwarded { from, payload });
                 }

@@ -7,10 +7,17 @@
 //! directions of the pair's traffic use it. Outgoing messages wait in a bounded
 //! per-peer queue; when it is full, or no stream is up, messages are dropped:
 //! the core detects the gap and resynchronises (see [`crate::transport`]).
+//!
+//! When a stream ends (closed, reset, or replaced by a newer one from the same
+//! peer) the transport tells the core at once with
+//! [`Inbound::Disconnected`], after every message that arrived on it: a
+//! killed peer is noticed in the time its kernel takes to reset the
+//! connection, not after the core's silence timeout.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +30,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::message::{
     Entry, LearnerKind, Message, Notification, PeerState, RejectReason, SessionId, SessionMsg, Vote,
 };
-use crate::transport::{Inbox, Transport};
+use crate::transport::{Inbound, Inbox, Transport};
 use crate::PeerId;
 
 /// Generated protobuf types and gRPC stubs (`proto/quorum.proto`).
@@ -92,13 +99,100 @@ struct Link {
     tx: mpsc::Sender<Message>,
     rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Message>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// The stream currently carrying this pair's traffic (0: none). Only the
+    /// end of the current stream is reported to the core; a stale stream that
+    /// ends after a newer one took over says nothing.
+    stream: Mutex<u64>,
+    /// The task reading the stream this server accepted from the peer, if
+    /// any. Ending it (with the writer) ends the response stream, which is how
+    /// the peer learns that this server is gone.
+    reader: Mutex<Option<JoinHandle<()>>>,
 }
 
 struct Inner {
     cfg: GrpcConfig,
     links: BTreeMap<PeerId, Link>,
-    inbox: mpsc::UnboundedSender<(PeerId, Message)>,
+    inbox: mpsc::UnboundedSender<Inbound>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    next_stream: AtomicU64,
+}
+
+impl Inner {
+    /// A stream with `peer` is up; returns its number. If it replaces a live
+    /// one, that one's end is reported first: its messages in flight are lost.
+    fn stream_up(&self, peer: PeerId) -> u64 {
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed) + 1;
+        let Some(link) = self.links.get(&peer) else {
+            return id;
+        };
+        let mut cur = link.stream.lock().expect("not poisoned");
+        if *cur != 0 {
+            tracing::info!(peer = peer.0, "quorum stream replaced by a new one");
+            let _ = self.inbox.send(Inbound::Disconnected { peer });
+        }
+        *cur = id;
+        id
+    }
+
+    /// Stream `id` with `peer` ended; tells the core if it was the current one.
+    fn stream_down(&self, peer: PeerId, id: u64, end: &StreamEnd) {
+        match end {
+            StreamEnd::Refused(st) => tracing::warn!(
+                peer = peer.0,
+                error = %st,
+                "refused a quorum message; the stream ends"
+            ),
+            StreamEnd::Lost(why) => {
+                tracing::info!(peer = peer.0, reason = %why, "quorum stream ended")
+            }
+        }
+        let Some(link) = self.links.get(&peer) else {
+            return;
+        };
+        let mut cur = link.stream.lock().expect("not poisoned");
+        if *cur != id {
+            return;
+        }
+        *cur = 0;
+        let _ = self.inbox.send(Inbound::Disconnected { peer });
+    }
+}
+
+/// How a stream ended.
+enum StreamEnd {
+    /// Bad input from the peer (I7): oversized, undecodable, or a batch that
+    /// claims another sender.
+    Refused(Status),
+    /// Closed, reset, or gone with this transport.
+    Lost(String),
+}
+
+impl StreamEnd {
+    fn of(result: &Result<(), Status>) -> StreamEnd {
+        use tonic::Code;
+        match result {
+            Ok(()) => StreamEnd::Lost("closed by the peer".into()),
+            Err(st) => match st.code() {
+                Code::OutOfRange
+                | Code::ResourceExhausted
+                | Code::Internal
+                | Code::InvalidArgument
+                | Code::PermissionDenied
+                | Code::DataLoss => StreamEnd::Refused(st.clone()),
+                Code::Ok
+                | Code::Cancelled
+                | Code::Unknown
+                | Code::DeadlineExceeded
+                | Code::NotFound
+                | Code::AlreadyExists
+                | Code::FailedPrecondition
+                | Code::Aborted
+                | Code::Unimplemented
+                | Code::Unavailable
+                | Code::Unauthenticated => StreamEnd::Lost(st.to_string()),
+            },
+        }
+    }
 }
 
 /// The gRPC [`Transport`]. Dropping it stops its server and connections.
@@ -136,6 +230,8 @@ impl GrpcTransport {
                         tx,
                         rx: Arc::new(tokio::sync::Mutex::new(rx)),
                         writer: Mutex::new(None),
+                        stream: Mutex::new(0),
+                        reader: Mutex::new(None),
                     },
                 )
             })
@@ -145,6 +241,7 @@ impl GrpcTransport {
             links,
             inbox: inbox_tx,
             tasks: Mutex::new(Vec::new()),
+            next_stream: AtomicU64::new(0),
         });
         let svc = QuorumServer::new(Service {
             inner: inner.clone(),
@@ -167,7 +264,8 @@ impl GrpcTransport {
         Ok((GrpcTransport { inner }, inbox))
     }
 
-    /// Stops the server and every connection.
+    /// Stops the server and every connection. The streams end, so the peers'
+    /// transports report this server disconnected at once.
     pub fn shutdown(&self) {
         for t in self.inner.tasks.lock().expect("not poisoned").drain(..) {
             t.abort();
@@ -175,6 +273,9 @@ impl GrpcTransport {
         for link in self.inner.links.values() {
             if let Some(w) = link.writer.lock().expect("not poisoned").take() {
                 w.abort();
+            }
+            if let Some(r) = link.reader.lock().expect("not poisoned").take() {
+                r.abort();
             }
         }
     }
@@ -197,12 +298,18 @@ where
     *slot = Some(tokio::spawn(async move {
         let mut rx = rx.lock().await;
         while let Some(first) = rx.recv().await {
+            if !fits(&first, max, peer) {
+                continue;
+            }
             // Batching: everything already queued goes in one gRPC message, up to
             // half the size limit.
             let mut size = first.size_bytes();
             let mut msgs = vec![to_proto(&first)];
             while size < max / 2 && msgs.len() < 4096 {
                 let Ok(m) = rx.try_recv() else { break };
+                if !fits(&m, max, peer) {
+                    continue;
+                }
                 size += m.size_bytes();
                 msgs.push(to_proto(&m));
             }
@@ -218,9 +325,34 @@ where
     }));
 }
 
+/// Whether `m` can go out under the message size limit: at most half of it,
+/// as a batch is (the size is an estimate; the half leaves room for the
+/// encoding). One that cannot is dropped with an error line instead of
+/// breaking the stream for every message behind it; its session sees the gap
+/// and resynchronises.
+fn fits(m: &Message, max: usize, peer: PeerId) -> bool {
+    let size = m.size_bytes();
+    if size <= max / 2 {
+        return true;
+    }
+    let name = match m {
+        Message::Notification(_) => "NOTIFICATION",
+        Message::Session { msg, .. } => msg.name(),
+    };
+    tracing::error!(
+        peer = peer.0,
+        msg = name,
+        size_bytes = size,
+        limit_bytes = max,
+        "a quorum message over the size limit was not sent"
+    );
+    false
+}
+
 /// Delivers the messages of one received batch, after checking the sender.
 fn deliver(inner: &Inner, peer: PeerId, batch: pb::Batch) -> Result<(), Status> {
     if batch.from != peer.0 || batch.to != inner.cfg.id.0 {
+        // The stream ends (with a log line from `stream_down`).
         return Err(Status::permission_denied(format!(
             "batch from {} to {} on the stream of server {}",
             batch.from, batch.to, peer.0
@@ -229,7 +361,7 @@ fn deliver(inner: &Inner, peer: PeerId, batch: pb::Batch) -> Result<(), Status> 
     for m in batch.msgs {
         match from_proto(m) {
             Ok(msg) => {
-                let _ = inner.inbox.send((peer, msg));
+                let _ = inner.inbox.send(Inbound::Message { from: peer, msg });
             }
             Err(e) => {
                 // I7: a malformed message is dropped with a clear log line; the
@@ -284,10 +416,22 @@ async fn dial_once(inner: &Arc<Inner>, peer: PeerId, addr: SocketAddr) -> Result
             |mut rx| async move { rx.recv().await.map(|b| (b, rx)) },
         );
     let mut incoming = client.exchange(Request::new(outgoing)).await?.into_inner();
+    let stream = inner.stream_up(peer);
     start_writer(inner, peer, move |b| {
         let tx = out_tx.clone();
         Box::pin(async move { tx.send(b).await.is_ok() })
     });
+    let result = receive(inner, peer, &mut incoming).await;
+    inner.stream_down(peer, stream, &StreamEnd::of(&result));
+    result
+}
+
+/// Delivers the batches of one stream until it ends.
+async fn receive(
+    inner: &Inner,
+    peer: PeerId,
+    incoming: &mut Streaming<pb::Batch>,
+) -> Result<(), Status> {
     while let Some(batch) = incoming.message().await? {
         deliver(inner, peer, batch)?;
     }
@@ -308,21 +452,37 @@ impl Quorum for Service {
         &self,
         request: Request<Streaming<pb::Batch>>,
     ) -> Result<Response<BatchStream>, Status> {
+        let remote = request.remote_addr();
         let mut incoming = request.into_inner();
-        let hello = incoming
-            .message()
-            .await?
-            .ok_or_else(|| Status::invalid_argument("empty stream"))?;
+        let hello = match incoming.message().await {
+            Ok(Some(hello)) => hello,
+            Ok(None) => return Err(Status::invalid_argument("empty stream")),
+            Err(st) => {
+                tracing::warn!(?remote, error = %st, "refused a quorum stream: unreadable first message");
+                return Err(st);
+            }
+        };
         let me = self.inner.cfg.id;
         let peer = PeerId(hello.from);
         // Identity check: a configured server with a larger id, talking to us.
         if !self.inner.links.contains_key(&peer) || peer <= me || hello.to != me.0 {
+            tracing::warn!(
+                peer = hello.from,
+                to = hello.to,
+                ?remote,
+                "refused a quorum stream from an unknown or unexpected server id"
+            );
             return Err(Status::permission_denied(format!(
                 "unknown or unexpected server id {} (to {})",
                 hello.from, hello.to
             )));
         }
-        deliver(&self.inner, peer, hello)?;
+        let stream = self.inner.stream_up(peer);
+        if let Err(st) = deliver(&self.inner, peer, hello) {
+            self.inner
+                .stream_down(peer, stream, &StreamEnd::Refused(st.clone()));
+            return Err(st);
+        }
         let (resp_tx, resp_rx) = mpsc::channel::<Result<pb::Batch, Status>>(64);
         start_writer(&self.inner, peer, {
             let resp_tx = resp_tx.clone();
@@ -332,19 +492,19 @@ impl Quorum for Service {
             }
         });
         let inner = self.inner.clone();
-        tokio::spawn(async move {
-            loop {
-                match incoming.message().await {
-                    Ok(Some(batch)) => {
-                        if let Err(st) = deliver(&inner, peer, batch) {
-                            let _ = resp_tx.send(Err(st)).await;
-                            return;
-                        }
-                    }
-                    Ok(None) | Err(_) => return,
-                }
+        let reader = tokio::spawn(async move {
+            let result = receive(&inner, peer, &mut incoming).await;
+            inner.stream_down(peer, stream, &StreamEnd::of(&result));
+            if let Err(st) = result {
+                let _ = resp_tx.send(Err(st)).await;
             }
         });
+        if let Some(link) = self.inner.links.get(&peer) {
+            // A stream this one replaced is dead: stop reading it.
+            if let Some(old) = link.reader.lock().expect("not poisoned").replace(reader) {
+                old.abort();
+            }
+        }
         let out =
             futures::stream::unfold(
                 resp_rx,

@@ -4,6 +4,10 @@
 //! The core tolerates loss, duplication and reordering (sessions number their
 //! messages and a gap ends the session), so a transport only has to be
 //! best-effort. It should be FIFO per destination, or sessions break needlessly.
+//!
+//! A transport also reports a lost connection ([`Inbound::Disconnected`]) as
+//! soon as it sees it, so the core reacts to a dead leader or learner at once
+//! instead of after its silence timeout.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -13,9 +17,28 @@ use tokio::sync::mpsc;
 use crate::message::Message;
 use crate::PeerId;
 
-/// Where received messages go: (sender, message). The transport has checked that
-/// the sender is a configured peer.
-pub type Inbox = mpsc::UnboundedReceiver<(PeerId, Message)>;
+/// What a transport delivers to its peer's driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Inbound {
+    /// A message. The transport has checked that the sender is a configured
+    /// peer.
+    Message {
+        /// The sender.
+        from: PeerId,
+        /// The message.
+        msg: Message,
+    },
+    /// The connection to `peer` was closed or reset (or replaced by a new one):
+    /// messages in flight on it may be lost, and none of it arrives after this.
+    Disconnected {
+        /// The peer.
+        peer: PeerId,
+    },
+}
+
+/// Where received messages and connection losses go, in the order they
+/// happened on each connection.
+pub type Inbox = mpsc::UnboundedReceiver<Inbound>;
 
 /// Sends messages to peers.
 ///
@@ -32,11 +55,21 @@ pub trait Transport: Send + Sync + 'static {
 struct NetState {
     /// Peers cut off from everyone.
     isolated: BTreeSet<PeerId>,
-    inboxes: Vec<(PeerId, mpsc::UnboundedSender<(PeerId, Message)>)>,
+    inboxes: Vec<(PeerId, mpsc::UnboundedSender<Inbound>)>,
+}
+
+impl NetState {
+    fn tell(&self, to: PeerId, event: Inbound) {
+        if let Some((_, tx)) = self.inboxes.iter().find(|(p, _)| *p == to) {
+            let _ = tx.send(event);
+        }
+    }
 }
 
 /// An in-memory network of peers, with partitions (in the style of raft-rs's
-/// test harness): `isolate(id)`, `heal()`.
+/// test harness): `isolate(id)` (silent: nobody is told), `heal()`, and
+/// `reset(id)` (every connection of `id` breaks, and both ends are told, as a
+/// process kill or a connection reset tells them).
 #[derive(Clone, Default)]
 pub struct MemNetwork {
     state: Arc<Mutex<NetState>>,
@@ -49,9 +82,17 @@ impl MemNetwork {
     }
 
     /// Adds (or re-adds, after a restart) a peer; returns its transport and inbox.
+    /// A re-added peer's old connections are gone: the others are told.
     pub fn join(&self, id: PeerId) -> (MemTransport, Inbox) {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut s = self.state.lock().expect("not poisoned");
+        if s.inboxes.iter().any(|(p, _)| *p == id) {
+            for (p, other) in &s.inboxes {
+                if *p != id {
+                    let _ = other.send(Inbound::Disconnected { peer: id });
+                }
+            }
+        }
         s.inboxes.retain(|(p, _)| *p != id);
         s.inboxes.push((id, tx));
         (
@@ -72,6 +113,22 @@ impl MemNetwork {
     pub fn heal(&self) {
         self.state.lock().expect("not poisoned").isolated.clear();
     }
+
+    /// Breaks every connection of `id` and tells both ends, as a killed process
+    /// or a reset connection does. Later messages flow again (a reconnect).
+    pub fn reset(&self, id: PeerId) {
+        let s = self.state.lock().expect("not poisoned");
+        let others: Vec<PeerId> = s
+            .inboxes
+            .iter()
+            .map(|(p, _)| *p)
+            .filter(|p| *p != id)
+            .collect();
+        for p in others {
+            s.tell(p, Inbound::Disconnected { peer: id });
+            s.tell(id, Inbound::Disconnected { peer: p });
+        }
+    }
 }
 
 /// One peer's end of a [`MemNetwork`].
@@ -87,8 +144,12 @@ impl Transport for MemTransport {
         if s.isolated.contains(&self.from) || s.isolated.contains(&to) {
             return;
         }
-        if let Some((_, tx)) = s.inboxes.iter().find(|(p, _)| *p == to) {
-            let _ = tx.send((self.from, msg));
-        }
+        s.tell(
+            to,
+            Inbound::Message {
+                from: self.from,
+                msg,
+            },
+        );
     }
 }

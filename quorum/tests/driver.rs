@@ -341,3 +341,101 @@ async fn the_stream_says_up_to_date_after_the_synced_history() {
         ));
     }
 }
+
+/// Issue 11: the survivors of a leader whose connections are reset (a killed
+/// process) leave it at once. The sync limit here is a minute, longer than
+/// `wait_for`'s deadline, so only the transport's notice can elect the next
+/// leader in time (checked: without `MemNetwork::reset` this test times out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survivors_of_a_reset_leader_elect_without_waiting_for_the_sync_limit() {
+    let net = MemNetwork::new();
+    let mut nodes = Vec::new();
+    for id in IDS {
+        let (t, inbox) = net.join(id);
+        let mut d = config(id);
+        d.core.sync_limit = 60_000;
+        d.core.init_limit = 120_000;
+        let rep = Arc::new(
+            ZabReplicator::start(d, MemStorage::new(), t, inbox)
+                .await
+                .expect("starts"),
+        );
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut stream = rep.take_commits().expect("first take");
+        let s2 = seen.clone();
+        tokio::spawn(async move {
+            while let Some(c) = stream.next().await {
+                s2.lock().unwrap().push(c);
+            }
+        });
+        nodes.push(Node {
+            rep,
+            storage: MemStorage::new(),
+            seen,
+        });
+    }
+    wait_for("a leader", || {
+        leader_of(&nodes.iter().collect::<Vec<_>>()).is_some()
+    })
+    .await;
+    let l = leader_of(&nodes.iter().collect::<Vec<_>>()).unwrap();
+    let before = propose_many(&nodes[l].rep, "a", 10).await;
+    let old = nodes.remove(l);
+    old.rep.abort();
+    net.isolate(old.rep.id());
+    net.reset(old.rep.id());
+    wait_for("a new leader", || {
+        leader_of(&nodes.iter().collect::<Vec<_>>()).is_some()
+    })
+    .await;
+    let l2 = leader_of(&nodes.iter().collect::<Vec<_>>()).unwrap();
+    let after = propose_many(&nodes[l2].rep, "b", 1).await;
+    assert!(after[0] > *before.last().unwrap());
+}
+
+/// `Committed::Role { Leader }` says the state machine is current: a restarted
+/// peer's recovered log is in the stream before it (checked to fail when the
+/// core reports the role before applying the initial history).
+#[tokio::test]
+async fn a_restarted_leader_replays_its_log_before_its_role() {
+    let net = MemNetwork::new();
+    let storage = MemStorage::new();
+    let single = || {
+        let mut c = Config::new(PeerId(1), [PeerId(1)]);
+        c.finalize_wait = 0;
+        DriverConfig::new(c)
+    };
+    let (t, inbox) = net.join(PeerId(1));
+    let rep = ZabReplicator::start(single(), storage.clone(), t, inbox)
+        .await
+        .unwrap();
+    wait_for("single-voter leader", || rep.role() == Role::Leader).await;
+    let zxids = propose_many(&rep, "r", 3).await;
+    rep.abort();
+    drop(rep);
+    let (t, inbox) = net.join(PeerId(1));
+    let rep = ZabReplicator::start(single(), storage, t, inbox)
+        .await
+        .unwrap();
+    let mut stream = rep.take_commits().unwrap();
+    let mut txns = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .expect("the stream goes on")
+            .expect("open")
+        {
+            Committed::Txn { zxid, .. } => txns.push(zxid),
+            Committed::Role {
+                role: Role::Leader,
+                zxid,
+                ..
+            } => {
+                assert_eq!(txns, zxids, "the whole log before the role");
+                assert_eq!(zxid, *zxids.last().unwrap());
+                break;
+            }
+            Committed::Snapshot { .. } | Committed::Role { .. } | Committed::Forwarded { .. } => {}
+        }
+    }
+}

@@ -13,6 +13,7 @@ use rzk_quorum::message::{
     Entry, LearnerKind, Message, Notification, PeerState, RejectReason, SessionId, SessionMsg, Vote,
 };
 use rzk_quorum::storage::MemStorage;
+use rzk_quorum::transport::{Inbound, Inbox};
 use rzk_quorum::{Committed, DriverConfig, PeerId, Replicator, Role, ZabReplicator};
 use rzk_zxid::{Epoch, Zxid};
 use tokio::net::TcpListener;
@@ -278,8 +279,9 @@ fn too_many_epoch_ends_are_refused() {
     );
 }
 
-/// `message_bytes_max`: a message over the limit is dropped (the session it
-/// belongs to resynchronises), and the connection goes on carrying the rest.
+/// `message_bytes_max`: a message over the limit is dropped by its sender (the
+/// session it belongs to resynchronises), and the connection goes on carrying
+/// the rest. (A peer that sends one anyway: `tests/bad_peers.rs`.)
 #[tokio::test]
 async fn a_message_over_the_size_limit_is_dropped_and_traffic_continues() {
     use rzk_quorum::transport::Transport;
@@ -299,7 +301,7 @@ async fn a_message_over_the_size_limit_is_dropped_and_traffic_continues() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         t2.send(PeerId(1), small(0));
-        if let Ok(Some((from, _))) =
+        if let Ok(Some(Inbound::Message { from, .. })) =
             tokio::time::timeout(Duration::from_millis(50), inbox1.recv()).await
         {
             assert_eq!(from, PeerId(2));
@@ -316,25 +318,94 @@ async fn a_message_over_the_size_limit_is_dropped_and_traffic_continues() {
         },
     };
     t2.send(PeerId(1), big);
-    // The oversized batch breaks its stream; the dialer reconnects and later
-    // messages flow again.
+    // The sender drops it (sent, it would break the stream and everything
+    // queued behind it); later messages flow on the same stream.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         t2.send(PeerId(1), small(2));
-        if let Ok(Some((_, m))) =
-            tokio::time::timeout(Duration::from_millis(50), inbox1.recv()).await
-        {
+        match tokio::time::timeout(Duration::from_millis(50), inbox1.recv()).await {
             // Copies of the probe above may still arrive (it was sent until one got
             // through); anything else must be the message after the oversized one.
-            if m == small(0) {
-                continue;
+            Ok(Some(Inbound::Message { msg, .. })) if msg == small(0) => continue,
+            Ok(Some(Inbound::Message { msg, .. })) => {
+                assert_eq!(msg, small(2), "the oversized message is never delivered");
+                break;
             }
-            assert_eq!(m, small(2), "the oversized message is never delivered");
-            break;
+            Ok(Some(Inbound::Disconnected { .. })) => panic!("the stream broke"),
+            Ok(None) | Err(_) => {}
         }
         assert!(
             tokio::time::Instant::now() < deadline,
             "traffic did not resume"
         );
+    }
+}
+
+/// Two transports whose stream (peer 2 dials peer 1) carries traffic both ways.
+async fn connected_pair() -> (GrpcTransport, Inbox, GrpcTransport, Inbox) {
+    use rzk_quorum::transport::Transport;
+    let (mut ls, addrs) = listeners(2).await;
+    let (t1, mut inbox1) =
+        GrpcTransport::start(GrpcConfig::new(PeerId(1), addrs.clone()), ls.remove(0)).unwrap();
+    let (t2, mut inbox2) =
+        GrpcTransport::start(GrpcConfig::new(PeerId(2), addrs.clone()), ls.remove(0)).unwrap();
+    let ping = Message::Session {
+        session: SessionId(1),
+        seq: 0,
+        msg: SessionMsg::Ping { id: 0 },
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut up = (false, false);
+    while up != (true, true) {
+        assert!(tokio::time::Instant::now() < deadline, "no connection");
+        t2.send(PeerId(1), ping.clone());
+        t1.send(PeerId(2), ping.clone());
+        let wait = Duration::from_millis(50);
+        if let Ok(Some(Inbound::Message { from, .. })) =
+            tokio::time::timeout(wait, inbox1.recv()).await
+        {
+            assert_eq!(from, PeerId(2));
+            up.0 = true;
+        }
+        if let Ok(Some(Inbound::Message { from, .. })) =
+            tokio::time::timeout(wait, inbox2.recv()).await
+        {
+            assert_eq!(from, PeerId(1));
+            up.1 = true;
+        }
+    }
+    (t1, inbox1, t2, inbox2)
+}
+
+/// Issue 11: a stream that ends reaches the core at once as `Disconnected`
+/// (here the dialing side goes away).
+#[tokio::test]
+async fn the_end_of_a_dialed_stream_is_reported_to_the_acceptor() {
+    let (_t1, mut inbox1, t2, _inbox2) = connected_pair().await;
+    t2.shutdown();
+    disconnected(&mut inbox1, PeerId(2)).await;
+}
+
+/// The same, the other way: the accepting side goes away.
+#[tokio::test]
+async fn the_end_of_an_accepted_stream_is_reported_to_the_dialer() {
+    let (t1, _inbox1, _t2, mut inbox2) = connected_pair().await;
+    t1.shutdown();
+    disconnected(&mut inbox2, PeerId(1)).await;
+}
+
+/// Waits (with a deadline) for `inbox` to report that its link to `peer` ended.
+async fn disconnected(inbox: &mut Inbox, peer: PeerId) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match tokio::time::timeout(left, inbox.recv()).await {
+            Ok(Some(Inbound::Disconnected { peer: p })) => {
+                assert_eq!(p, peer);
+                return;
+            }
+            Ok(Some(Inbound::Message { .. })) => continue,
+            Ok(None) | Err(_) => panic!("no disconnect reported for {peer:?}"),
+        }
     }
 }

@@ -260,5 +260,33 @@ async fn graceful_shutdown_commits_what_it_took_and_releases_the_log() {
     drop(rep);
     // The log was released: the directory opens again at once, with everything.
     let reopened = open();
-    assert_eq!(reopened.wal().last_durable_zxid(), last.unwrap());
+    let last = last.unwrap();
+    assert_eq!(reopened.wal().last_durable_zxid(), last);
+    // A restarted peer replays its history, then says it serves: the role item
+    // comes after every txn it covers.
+    let (t, inbox) = net.join(PeerId(1));
+    let rep = ZabReplicator::start(config(PeerId(1), &[PeerId(1)]), reopened, t, inbox)
+        .await
+        .unwrap();
+    let mut stream = rep.take_commits().unwrap();
+    let mut txns = 0;
+    loop {
+        let item = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("the replay goes on")
+            .expect("stream open");
+        match item {
+            Committed::Txn { .. } => txns += 1,
+            Committed::Role {
+                role: Role::Leader,
+                zxid,
+                ..
+            } => {
+                assert_eq!(txns, 100, "every txn before the serving role");
+                assert_eq!(zxid, last);
+                break;
+            }
+            Committed::Role { .. } | Committed::Snapshot { .. } | Committed::Forwarded { .. } => {}
+        }
+    }
 }

@@ -150,10 +150,10 @@ pub fn fixup(acl: &[Acl], info: &AuthInfo) -> Result<Vec<Acl>, ErrorCode> {
             "world" if &*a.id.id == "anyone" => out.push(a.clone()),
             "auth" => {
                 let mut any = false;
-                // Only authenticated schemes expand `auth`: digest here (ip is
-                // not an authenticated identity in ZooKeeper).
+                // Only authenticated schemes expand `auth`: digest and x509
+                // (ip is not an authenticated identity in ZooKeeper).
                 for (scheme, id) in &info.ids {
-                    if &**scheme == "digest" {
+                    if &**scheme == "digest" || &**scheme == "x509" {
                         any = true;
                         out.push(Acl {
                             perms: a.perms,
@@ -170,6 +170,8 @@ pub fn fixup(acl: &[Acl], info: &AuthInfo) -> Result<Vec<Acl>, ErrorCode> {
             }
             "digest" if valid_digest_id(&a.id.id) => out.push(a.clone()),
             "ip" if parse_ip_acl(&a.id.id).is_some() => out.push(a.clone()),
+            // A TLS client certificate's subject (RFC 2253), matched exactly.
+            "x509" if !a.id.id.is_empty() => out.push(a.clone()),
             _ => return Err(ErrorCode::InvalidAcl),
         }
     }
@@ -253,6 +255,10 @@ pub fn allowed(acl: &[Acl], info: &AuthInfo, perm: Perms) -> bool {
                 .ids
                 .iter()
                 .any(|(s, i)| &**s == "ip" && ip_matches(i, &a.id.id)),
+            "x509" => info
+                .ids
+                .iter()
+                .any(|(s, i)| &**s == "x509" && **i == *a.id.id),
             _ => false,
         }
     })
@@ -420,6 +426,29 @@ mod tests {
         assert_eq!(
             authenticate(&mut sup, "kerberos", b"", peer, None),
             AuthOutcome::Failed
+        );
+    }
+
+    #[test]
+    fn x509_acls_match_the_certificate_subject_exactly() {
+        let peer: IpAddr = "10.1.2.3".parse().unwrap();
+        let mut info = AuthInfo::for_peer(peer);
+        let only_client = [acl(31, "x509", "CN=client,O=rzk")];
+        assert!(!allowed(&only_client, &info, Perms::READ));
+        info.add("x509", "CN=client,O=rzk");
+        assert!(allowed(&only_client, &info, Perms::READ));
+        assert!(!allowed(
+            &[acl(31, "x509", "CN=client")],
+            &info,
+            Perms::READ
+        ));
+        // `auth` expands to the certificate's subject, as ZooKeeper's x509
+        // provider is an authenticated one.
+        let fixed = fixup(&[acl(31, "auth", "")], &info).unwrap();
+        assert_eq!(fixed, only_client.to_vec());
+        assert_eq!(
+            fixup(&[acl(31, "x509", "")], &info),
+            Err(ErrorCode::InvalidAcl)
         );
     }
 

@@ -134,12 +134,120 @@ pub struct ServerConfig {
     pub sync_limit: u32,
     /// `server.N=` lines, by server id. Empty for standalone.
     pub servers: BTreeMap<u64, PeerSpec>,
+    /// This member's id when given on the command line (`--id N`); otherwise
+    /// `myid` in the data directory (1 standalone).
+    pub my_id: Option<u64>,
     /// `rzk.log.format`: `text` (default) or `json`, one object per line
     /// (see [`crate::logging`]).
     pub log_format: crate::logging::LogFormat,
+    /// `secureClientPort` and `secureClientPortAddress`: where TLS clients
+    /// connect (none by default). The address defaults as `clientPortAddress`
+    /// does.
+    pub secure_client_addr: Option<SocketAddr>,
+    /// The `ssl.*` keys for the secure client port (see [`crate::tls`]).
+    pub tls: TlsSettings,
+    /// `admin.enableServer` (default true, as ZooKeeper), `admin.serverAddress`
+    /// (default all interfaces; 127.0.0.1 without a file) and
+    /// `admin.serverPort` (default 8080): the AdminServer's HTTP address.
+    pub admin_addr: Option<SocketAddr>,
+    /// `admin.commandURL`: where the commands are (default `/commands`).
+    pub admin_command_url: String,
+    /// `metricsProvider.className=...PrometheusMetricsProvider` with
+    /// `metricsProvider.httpHost` (default all interfaces) and
+    /// `metricsProvider.httpPort` (default 7000): where `/metrics` is served.
+    pub metrics_addr: Option<SocketAddr>,
+    /// The configuration file's text as read (the AdminServer's
+    /// `initial_configuration`); empty without a file.
+    pub initial_text: String,
     /// Warnings found while reading (unknown keys, raised values); the binary
     /// logs them.
     pub warnings: Vec<String>,
+}
+
+/// The format of a key store or trust store file (`ssl.keyStore.type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreType {
+    /// PEM: certificates and (for a key store) one unencrypted private key.
+    Pem,
+    /// PKCS#12 (`.p12`, `.pfx`): recognised, not read (rzk says so at start).
+    Pkcs12,
+    /// Java KeyStore (`.jks`): recognised, not read.
+    Jks,
+    /// Bouncy Castle FIPS key store (`.bcfks`): recognised, not read.
+    Bcfks,
+}
+
+impl StoreType {
+    /// ZooKeeper's rule when no type is given: from the file name's extension.
+    pub fn from_path(path: &Path) -> Option<StoreType> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "pem" | "crt" | "cer" | "key" => Some(StoreType::Pem),
+            "p12" | "pfx" => Some(StoreType::Pkcs12),
+            "jks" => Some(StoreType::Jks),
+            "bcfks" => Some(StoreType::Bcfks),
+            _ => None,
+        }
+    }
+}
+
+/// A key store or trust store: `ssl.keyStore.location`, `.password`, `.type`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreSettings {
+    /// The file.
+    pub location: Option<PathBuf>,
+    /// Its password (PEM: of an encrypted private key, which rzk does not read).
+    pub password: Option<String>,
+    /// Its format; `None`: from the file name's extension, else PEM.
+    pub kind: Option<StoreType>,
+}
+
+impl StoreSettings {
+    /// The format the file is read as.
+    pub fn effective_type(&self) -> StoreType {
+        self.kind
+            .or_else(|| self.location.as_deref().and_then(StoreType::from_path))
+            .unwrap_or(StoreType::Pem)
+    }
+}
+
+/// `ssl.clientAuth`: whether a TLS client must present a certificate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// No certificate is asked for.
+    None,
+    /// One is asked for; a client without one is served, one with an
+    /// untrusted one is refused.
+    Want,
+    /// One is required (ZooKeeper's default).
+    #[default]
+    Need,
+}
+
+/// The TLS settings of the secure client port (ZooKeeper's `ssl.*` keys; each
+/// may also carry the `zookeeper.` prefix of its Java system property).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// `ssl.keyStore.*`: the server's certificate chain and private key.
+    pub key_store: StoreSettings,
+    /// `ssl.trustStore.*`: the CAs a client certificate must chain to.
+    pub trust_store: StoreSettings,
+    /// `ssl.clientAuth`: none, want or need (default need).
+    pub client_auth: ClientAuth,
+    /// `ssl.protocol`: `TLSv1.2` or `TLSv1.3`; enables that version alone
+    /// unless `ssl.enabledProtocols` says otherwise. `None`: both.
+    pub protocol: Option<String>,
+    /// `ssl.enabledProtocols`: the versions offered (comma-separated).
+    pub enabled_protocols: Option<Vec<String>>,
+    /// `ssl.ciphersuites`: IANA/Java names of the suites allowed, in order
+    /// of preference (comma-separated). `None`: rustls's defaults.
+    pub ciphersuites: Option<Vec<String>>,
+    /// `client.certReload`: reload the key and trust store when their files
+    /// change (checked at each new TLS connection).
+    pub cert_reload: bool,
+    /// `X509AuthenticationProvider.superUser`: the subject (RFC 2253) whose
+    /// client certificate makes the connection a super user.
+    pub x509_super_user: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -171,7 +279,14 @@ impl Default for ServerConfig {
             init_limit: 10,
             sync_limit: 5,
             servers: BTreeMap::new(),
+            my_id: None,
             log_format: crate::logging::LogFormat::Text,
+            secure_client_addr: None,
+            tls: TlsSettings::default(),
+            admin_addr: Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080)),
+            admin_command_url: "/commands".to_owned(),
+            metrics_addr: None,
+            initial_text: String::new(),
             warnings: Vec::new(),
         }
     }
@@ -226,24 +341,30 @@ impl ServerConfig {
     /// command line) on top, and validates the result.
     pub fn load(file: Option<&Path>, overrides: &[(String, String)]) -> Result<Self, ConfigError> {
         let mut settings = Vec::new();
+        let mut initial = String::new();
         if let Some(path) = file {
             let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
                 path: path.to_owned(),
                 source,
             })?;
             settings.extend(parse_properties(&text, &path.display().to_string())?);
+            initial = text;
         }
         settings.extend(overrides.iter().map(|(k, v)| Setting {
             key: k.clone(),
             value: v.clone(),
             origin: "command line".to_owned(),
         }));
-        Self::from_settings(file.is_some(), settings)
+        let mut cfg = Self::from_settings(file.is_some(), settings)?;
+        cfg.initial_text = initial;
+        Ok(cfg)
     }
 
     /// Parses the text of a `zoo.cfg` (for tests and embedding).
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        Self::from_settings(true, parse_properties(text, "config")?)
+        let mut cfg = Self::from_settings(true, parse_properties(text, "config")?)?;
+        cfg.initial_text = text.to_owned();
+        Ok(cfg)
     }
 
     fn from_settings(from_file: bool, settings: Vec<Setting>) -> Result<Self, ConfigError> {
@@ -255,8 +376,42 @@ impl ServerConfig {
         let mut min_timeout = None;
         let mut max_timeout = None;
         let mut data_log_dir = None;
+        let mut secure_port = None;
+        let mut secure_ip = None;
+        let mut http = HttpKeys::default();
         for s in &settings {
+            if cfg.apply_tls(s, &mut secure_port, &mut secure_ip)? || http.apply(s)? {
+                continue;
+            }
             cfg.apply(s, &mut min_timeout, &mut max_timeout, &mut data_log_dir)?;
+        }
+        let any = if from_file {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        };
+        cfg.admin_addr = http.admin_enabled.unwrap_or(true).then(|| {
+            SocketAddr::new(
+                http.admin_ip.unwrap_or(any),
+                http.admin_port.unwrap_or(8080),
+            )
+        });
+        if let Some(url) = http.command_url {
+            cfg.admin_command_url = url;
+        }
+        cfg.metrics_addr = http.prometheus.then(|| {
+            SocketAddr::new(
+                http.metrics_ip.unwrap_or(any),
+                http.metrics_port.unwrap_or(7000),
+            )
+        });
+        if let Some(port) = secure_port.filter(|p| *p != 0) {
+            let ip = secure_ip.unwrap_or(cfg.client_addr.ip());
+            cfg.secure_client_addr = Some(SocketAddr::new(ip, port));
+        } else if secure_ip.is_some() {
+            return Err(ConfigError::Inconsistent(
+                "secureClientPortAddress is set but secureClientPort is not".into(),
+            ));
         }
         cfg.data_log_dir = data_log_dir.unwrap_or_else(|| cfg.data_dir.clone());
         cfg.min_session_timeout_ms = min_timeout.unwrap_or(2 * cfg.tick_time_ms);
@@ -333,12 +488,7 @@ impl ServerConfig {
                     .map_err(|_| invalid(s, "the server id after 'server.' must be a number"))?;
                 self.servers.insert(id, peer_spec(s)?);
             }
-            "standaloneEnabled"
-            | "reconfigEnabled"
-            | "admin.enableServer"
-            | "admin.serverPort"
-            | "metricsProvider.className"
-            | "quorumListenOnAllIPs" => {
+            "standaloneEnabled" | "reconfigEnabled" | "quorumListenOnAllIPs" => {
                 self.warnings.push(format!(
                     "{}: {} is not supported by rzk yet; ignored",
                     s.origin, s.key
@@ -350,6 +500,68 @@ impl ServerConfig {
             )),
         }
         Ok(())
+    }
+
+    /// The TLS keys (`ssl.*`, `secureClientPort*`, `client.certReload`);
+    /// `Ok(false)` for any other key.
+    fn apply_tls(
+        &mut self,
+        s: &Setting,
+        secure_port: &mut Option<u16>,
+        secure_ip: &mut Option<IpAddr>,
+    ) -> Result<bool, ConfigError> {
+        let key = s.key.strip_prefix("zookeeper.").unwrap_or(&s.key);
+        let v = s.value.as_str();
+        let list = || -> Vec<String> {
+            v.split(',')
+                .map(|x| x.trim().to_owned())
+                .filter(|x| !x.is_empty())
+                .collect()
+        };
+        let tls = &mut self.tls;
+        match key {
+            "secureClientPort" => *secure_port = Some(port(s)?),
+            "secureClientPortAddress" => *secure_ip = Some(ip(s)?),
+            "ssl.keyStore.location" => tls.key_store.location = Some(path(s)?),
+            "ssl.keyStore.password" => tls.key_store.password = Some(v.to_owned()),
+            "ssl.keyStore.type" => tls.key_store.kind = Some(store_type(s)?),
+            "ssl.trustStore.location" => tls.trust_store.location = Some(path(s)?),
+            "ssl.trustStore.password" => tls.trust_store.password = Some(v.to_owned()),
+            "ssl.trustStore.type" => tls.trust_store.kind = Some(store_type(s)?),
+            "ssl.clientAuth" => {
+                tls.client_auth = match v.to_ascii_lowercase().as_str() {
+                    "none" => ClientAuth::None,
+                    "want" => ClientAuth::Want,
+                    "need" | "" => ClientAuth::Need,
+                    _ => return Err(invalid(s, "expected none, want or need")),
+                }
+            }
+            "ssl.protocol" => tls.protocol = Some(tls_version(s, v)?),
+            "ssl.enabledProtocols" => {
+                let versions = list()
+                    .iter()
+                    .map(|p| tls_version(s, p))
+                    .collect::<Result<Vec<_>, _>>()?;
+                tls.enabled_protocols = Some(versions);
+            }
+            "ssl.ciphersuites" => tls.ciphersuites = Some(list()),
+            "client.certReload" => tls.cert_reload = boolean(s)?,
+            "X509AuthenticationProvider.superUser" => tls.x509_super_user = Some(v.to_owned()),
+            // rzk has one network layer: the Netty/NIO choice has nothing to
+            // choose, and x509 is always the secure port's provider.
+            "serverCnxnFactory" | "ssl.authProvider" | "authProvider.x509" => {}
+            "ssl.hostnameVerification"
+            | "ssl.crl"
+            | "ssl.ocsp"
+            | "ssl.handshakeDetectionTimeoutMillis" => {
+                self.warnings.push(format!(
+                    "{}: {} is not supported by rzk's secure client port; ignored",
+                    s.origin, s.key
+                ));
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -376,6 +588,65 @@ impl ServerConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// The AdminServer and metrics keys, gathered before defaults are applied.
+#[derive(Default)]
+struct HttpKeys {
+    admin_enabled: Option<bool>,
+    admin_ip: Option<IpAddr>,
+    admin_port: Option<u16>,
+    command_url: Option<String>,
+    prometheus: bool,
+    metrics_ip: Option<IpAddr>,
+    metrics_port: Option<u16>,
+}
+
+/// ZooKeeper's Prometheus provider: the one `metricsProvider.className` rzk
+/// serves.
+const PROMETHEUS_PROVIDER: &str =
+    "org.apache.zookeeper.metrics.prometheus.PrometheusMetricsProvider";
+
+impl HttpKeys {
+    fn apply(&mut self, s: &Setting) -> Result<bool, ConfigError> {
+        let key = s.key.strip_prefix("zookeeper.").unwrap_or(&s.key);
+        match key {
+            "admin.enableServer" => self.admin_enabled = Some(boolean(s)?),
+            "admin.serverAddress" => self.admin_ip = Some(ip(s)?),
+            "admin.serverPort" => self.admin_port = Some(port(s)?),
+            "admin.commandURL" => {
+                if !s.value.starts_with('/') {
+                    return Err(invalid(s, "expected a path starting with /"));
+                }
+                self.command_url = Some(s.value.trim_end_matches('/').to_owned());
+            }
+            // Jetty's idle timeout; rzk's HTTP server closes idle connections itself.
+            "admin.idleTimeout" => {
+                let _: u64 = number(s)?;
+            }
+            "metricsProvider.className" => match s.value.as_str() {
+                PROMETHEUS_PROVIDER => self.prometheus = true,
+                // ZooKeeper's default: metrics only through mntr and the AdminServer.
+                "org.apache.zookeeper.metrics.impl.DefaultMetricsProvider" => {
+                    self.prometheus = false
+                }
+                _ => {
+                    return Err(invalid(
+                        s,
+                        &format!("rzk serves only {PROMETHEUS_PROVIDER} (or the default provider)"),
+                    ))
+                }
+            },
+            "metricsProvider.httpHost" => self.metrics_ip = Some(ip(s)?),
+            "metricsProvider.httpPort" => self.metrics_port = Some(port(s)?),
+            // The JVM's own metrics: rzk has no JVM.
+            "metricsProvider.exportJvmInfo" => {
+                let _ = boolean(s)?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
     }
 }
 
@@ -468,6 +739,29 @@ fn path(s: &Setting) -> Result<PathBuf, ConfigError> {
         return Err(invalid(s, "expected a directory path"));
     }
     Ok(PathBuf::from(&s.value))
+}
+
+fn store_type(s: &Setting) -> Result<StoreType, ConfigError> {
+    match s.value.to_ascii_uppercase().as_str() {
+        "PEM" => Ok(StoreType::Pem),
+        "PKCS12" => Ok(StoreType::Pkcs12),
+        "JKS" => Ok(StoreType::Jks),
+        "BCFKS" => Ok(StoreType::Bcfks),
+        _ => Err(invalid(s, "expected PEM, PKCS12, JKS or BCFKS")),
+    }
+}
+
+/// A TLS version by its Java name; rustls speaks TLS 1.2 and 1.3 only.
+fn tls_version(s: &Setting, v: &str) -> Result<String, ConfigError> {
+    match v.trim() {
+        "TLSv1.2" | "TLSv1.3" => Ok(v.trim().to_owned()),
+        // Java's "TLS" means "any supported version".
+        "TLS" => Ok("TLS".to_owned()),
+        other => Err(invalid(
+            s,
+            &format!("{other:?}: rzk speaks TLSv1.2 and TLSv1.3 (or TLS for both)"),
+        )),
+    }
 }
 
 fn boolean(s: &Setting) -> Result<bool, ConfigError> {
@@ -716,5 +1010,77 @@ mod tests {
         assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
         let err = ServerConfig::parse("rzk.log.format=xml\n").unwrap_err();
         assert!(err.to_string().contains("rzk.log.format"), "{err}");
+    }
+
+    #[test]
+    fn tls_keys_fill_the_secure_port_settings() {
+        let cfg = ServerConfig::parse(
+            "clientPortAddress=127.0.0.1\nsecureClientPort=2281\n\
+             ssl.keyStore.location=/k/server.pem\nzookeeper.ssl.trustStore.location=/k/ca.p12\n\
+             ssl.trustStore.password=pw\nssl.clientAuth=want\nssl.protocol=TLSv1.3\n\
+             ssl.ciphersuites=TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384\n\
+             client.certReload=true\nserverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n",
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.secure_client_addr,
+            Some("127.0.0.1:2281".parse().unwrap())
+        );
+        assert_eq!(cfg.tls.key_store.effective_type(), StoreType::Pem);
+        assert_eq!(cfg.tls.trust_store.effective_type(), StoreType::Pkcs12);
+        assert_eq!(cfg.tls.trust_store.password.as_deref(), Some("pw"));
+        assert_eq!(cfg.tls.client_auth, ClientAuth::Want);
+        assert_eq!(cfg.tls.protocol.as_deref(), Some("TLSv1.3"));
+        assert_eq!(cfg.tls.ciphersuites.as_ref().unwrap().len(), 2);
+        assert!(cfg.tls.cert_reload);
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+        assert_eq!(ServerConfig::parse("").unwrap().secure_client_addr, None);
+        assert_eq!(
+            ServerConfig::parse("").unwrap().tls.client_auth,
+            ClientAuth::Need
+        );
+    }
+
+    #[test]
+    fn bad_tls_values_are_errors_naming_the_key() {
+        for bad in [
+            "ssl.clientAuth=sometimes",
+            "ssl.protocol=TLSv1.1",
+            "ssl.keyStore.type=XML",
+            "secureClientPortAddress=127.0.0.1",
+            "secureClientPort=99999",
+        ] {
+            let err = ServerConfig::parse(bad).unwrap_err().to_string();
+            let key = bad.split('=').next().unwrap();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn admin_and_metrics_keys() {
+        let cfg = ServerConfig::parse("").unwrap();
+        assert_eq!(cfg.admin_addr, Some("0.0.0.0:8080".parse().unwrap()));
+        assert_eq!(cfg.admin_command_url, "/commands");
+        assert_eq!(cfg.metrics_addr, None);
+        let cfg = ServerConfig::parse(
+            "admin.serverAddress=127.0.0.1\nadmin.serverPort=9090\nadmin.commandURL=/cmd/\n\
+             metricsProvider.className=org.apache.zookeeper.metrics.prometheus.PrometheusMetricsProvider\n\
+             metricsProvider.httpPort=7001\nmetricsProvider.exportJvmInfo=false\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.admin_addr, Some("127.0.0.1:9090".parse().unwrap()));
+        assert_eq!(cfg.admin_command_url, "/cmd");
+        assert_eq!(cfg.metrics_addr, Some("0.0.0.0:7001".parse().unwrap()));
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+        let cfg = ServerConfig::parse("admin.enableServer=false\n").unwrap();
+        assert_eq!(cfg.admin_addr, None);
+        let err =
+            ServerConfig::parse("metricsProvider.className=com.example.Statsd\n").unwrap_err();
+        assert!(
+            err.to_string().contains("metricsProvider.className"),
+            "{err}"
+        );
+        let no_file = ServerConfig::load(None, &[]).unwrap();
+        assert_eq!(no_file.admin_addr, Some("127.0.0.1:8080".parse().unwrap()));
     }
 }

@@ -16,6 +16,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::codec::FramedRead;
 
+use crate::acl::AuthInfo;
 use crate::config::FourLetterWhitelist;
 use crate::core::{CoreMsg, Permit, Req};
 use crate::fourlw;
@@ -50,13 +51,20 @@ pub(crate) async fn serve(stream: TcpStream, peer: SocketAddr, id: ConnId, ctx: 
     let _ = stream.set_nodelay(true);
     // The owned halves of a TcpStream share no lock (tokio::io::split has one).
     let (rd, wr) = stream.into_split();
-    serve_split(rd, wr, peer, id, ctx).await;
+    serve_split(rd, wr, peer, AuthInfo::for_peer(peer.ip()), id, ctx).await;
 }
 
 /// Serves one connection given as its two halves (plain TCP, or TLS through
-/// `tokio::io::split`) until it closes.
-pub(crate) async fn serve_split<R, W>(rd: R, wr: W, peer: SocketAddr, id: ConnId, ctx: Arc<ConnCtx>)
-where
+/// `tokio::io::split`) until it closes. `auth` is what the connection holds
+/// before any auth packet: its address, and a TLS client certificate's subject.
+pub(crate) async fn serve_split<R, W>(
+    rd: R,
+    wr: W,
+    peer: SocketAddr,
+    auth: AuthInfo,
+    id: ConnId,
+    ctx: Arc<ConnCtx>,
+) where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -97,6 +105,7 @@ where
             let msg = CoreMsg::Connect {
                 conn: id,
                 peer,
+                auth,
                 outbox: outbox.clone(),
                 req,
             };

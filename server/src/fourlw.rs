@@ -1,17 +1,13 @@
-//! Four-letter words (doc §14) with ZooKeeper's output formats.
+//! Four-letter words (doc §14) with ZooKeeper's output formats, formatted
+//! from one [`ServerStats`] snapshot (the AdminServer and the metrics use the
+//! same snapshot).
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use rzk_wire::FourLetterWord;
 
-use crate::core::{format_sid, now_ms, Core};
-
-/// The version string rzk reports where ZooKeeper reports its own: the
-/// protocol version it speaks, then rzk's.
-pub(crate) fn version() -> String {
-    format!("3.8.0-rzk-{}, built on rzk", env!("CARGO_PKG_VERSION"))
-}
+use crate::core::{format_sid, Core};
+use crate::stats::ServerStats;
 
 /// The text ZooKeeper prints when a word is not whitelisted.
 pub(crate) fn not_whitelisted(word: FourLetterWord) -> String {
@@ -23,7 +19,7 @@ pub(crate) fn not_whitelisted(word: FourLetterWord) -> String {
 
 /// A double as Java prints it after ZooKeeper rounds it to 4 places
 /// (`1.4793`, `0.0`).
-fn java_double(x: f64) -> String {
+pub(crate) fn java_double(x: f64) -> String {
     let r = (x * 10_000.0).round() / 10_000.0;
     let s = format!("{r}");
     if s.contains('.') || s.contains('e') {
@@ -33,295 +29,321 @@ fn java_double(x: f64) -> String {
     }
 }
 
-fn dir_size(p: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(p) else {
-        return 0;
+/// Whether the word's output needs [`ServerStats::details`].
+fn needs_details(word: FourLetterWord) -> bool {
+    matches!(
+        word,
+        FourLetterWord::Conf
+            | FourLetterWord::Wchc
+            | FourLetterWord::Wchp
+            | FourLetterWord::Dump
+            | FourLetterWord::Dirs
+    )
+}
+
+fn summary_tail(st: &ServerStats, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "Latency min/avg/max: {}/{}/{}",
+        st.min_latency_ms,
+        java_double(st.avg_latency_ms),
+        st.max_latency_ms
+    );
+    let _ = writeln!(out, "Received: {}", st.packets_received);
+    let _ = writeln!(out, "Sent: {}", st.packets_sent);
+    let _ = writeln!(out, "Connections: {}", st.connections.len());
+    let _ = writeln!(out, "Outstanding: {}", st.outstanding_requests);
+    let _ = writeln!(out, "Zxid: 0x{:x}", st.quorum.last_zxid.as_u64());
+    let _ = writeln!(out, "Mode: {}", st.state());
+    let _ = writeln!(out, "Node count: {}", st.node_count);
+}
+
+fn conn_lines(st: &ServerStats, out: &mut String, detailed: bool) {
+    for c in &st.connections {
+        let _ = write!(
+            out,
+            " /{}:{}[1](queued={},recved={},sent={}",
+            c.peer.ip(),
+            c.peer.port(),
+            c.queued,
+            c.received,
+            c.sent
+        );
+        if detailed {
+            let _ = write!(
+                out,
+                ",sid={},lop={},est={},to={},lcxid=0x{:x},lzxid=0x{:x},lresp={},llat={},minlat={},avglat={},maxlat={}",
+                format_sid(c.session.unwrap_or(0)),
+                c.last_op,
+                c.established_ms,
+                c.session_timeout_ms,
+                c.last_cxid,
+                c.last_zxid,
+                c.last_response_ms,
+                c.last_latency_ms,
+                c.min_latency_ms,
+                c.avg_latency_ms,
+                c.max_latency_ms
+            );
+        }
+        out.push_str(")\n");
+    }
+}
+
+/// `mntr`'s rows, in ZooKeeper's order (also the AdminServer's `monitor`).
+pub(crate) fn mntr_rows(st: &ServerStats) -> Vec<(&'static str, String)> {
+    let mut rows: Vec<(&'static str, String)> = vec![
+        ("version", st.version.clone()),
+        ("server_state", st.state().into()),
+        ("ephemerals_count", st.ephemerals_count.to_string()),
+        ("num_alive_connections", st.connections.len().to_string()),
+        ("avg_latency", java_double(st.avg_latency_ms)),
+        ("outstanding_requests", st.outstanding_requests.to_string()),
+        ("znode_count", st.node_count.to_string()),
+        ("global_sessions", st.global_sessions.to_string()),
+        ("non_mtls_remote_conn_count", "0".into()),
+        (
+            "last_client_response_size",
+            st.last_response_bytes.to_string(),
+        ),
+        ("packets_sent", st.packets_sent.to_string()),
+        ("packets_received", st.packets_received.to_string()),
+        (
+            "max_client_response_size",
+            st.max_response_bytes.to_string(),
+        ),
+        ("connection_drop_probability", "0.0".into()),
+        ("watch_count", st.watch_count.to_string()),
+        ("auth_failed_count", st.auth_failed.to_string()),
+        ("min_latency", st.min_latency_ms.to_string()),
+        (
+            "max_file_descriptor_count",
+            st.max_file_descriptors.to_string(),
+        ),
+        (
+            "approximate_data_size",
+            st.approximate_data_size.to_string(),
+        ),
+        (
+            "open_file_descriptor_count",
+            st.open_file_descriptors.to_string(),
+        ),
+        ("local_sessions", "0".into()),
+        ("uptime", st.uptime_ms.to_string()),
+        ("max_latency", st.max_latency_ms.to_string()),
+        ("outstanding_tls_handshake", "0".into()),
+        (
+            "min_client_response_size",
+            st.min_response_bytes.to_string(),
+        ),
+        ("non_mtls_local_conn_count", "0".into()),
+    ];
+    if st.state() != "standalone" {
+        rows.push(("quorum_size", st.quorum.quorum_size.to_string()));
+    }
+    if st.state() == "leader" {
+        let q = &st.quorum;
+        rows.push(("learners", q.learners.to_string()));
+        rows.push(("followers", q.followers.to_string()));
+        rows.push(("synced_followers", q.synced_followers.to_string()));
+        rows.push((
+            "synced_non_voting_followers",
+            q.synced_non_voting_followers.to_string(),
+        ));
+        rows.push(("synced_observers", q.synced_observers.to_string()));
+        rows.push(("pending_syncs", q.pending_syncs.to_string()));
+    }
+    rows
+}
+
+/// `conf`'s ensemble part, as a ZooKeeper quorum peer prints it.
+fn conf_membership(st: &ServerStats, out: &mut String) {
+    let cfg = &st.config;
+    let Some(me) = cfg.servers.get(&st.server_id) else {
+        return;
     };
-    entries
-        .flatten()
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_size(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
+    let _ = writeln!(out, "initLimit={}", cfg.init_limit);
+    let _ = writeln!(out, "syncLimit={}", cfg.sync_limit);
+    out.push_str("electionAlg=3\n");
+    let _ = writeln!(out, "electionPort={}", me.election_port);
+    let _ = writeln!(out, "quorumPort={}", me.quorum_port);
+    let observer = me.role == crate::config::PeerRole::Observer;
+    let _ = writeln!(out, "peerType={}", u8::from(observer));
+    out.push_str("membership: \n");
+    for (id, p) in &cfg.servers {
+        let role = match p.role {
+            crate::config::PeerRole::Participant => "participant",
+            crate::config::PeerRole::Observer => "observer",
+        };
+        let client = match &p.client {
+            Some((h, port)) => format!("{h}:{port}"),
+            None => format!("{}:{}", cfg.client_addr.ip(), cfg.client_addr.port()),
+        };
+        let _ = writeln!(
+            out,
+            "server.{id}={}:{}:{}:{role};{client}",
+            p.host, p.quorum_port, p.election_port
+        );
+    }
+    out.push_str("version=0\n");
 }
 
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+/// The output of a four-letter word that only reads (everything but
+/// `crst` and `srst`), from a snapshot.
+pub(crate) fn format(word: FourLetterWord, st: &ServerStats) -> String {
+    let mut out = String::new();
+    let cfg = &st.config;
+    let details = st.details.clone().unwrap_or_default();
+    match word {
+        FourLetterWord::Ruok => out.push_str("imok"),
+        // ZooKeeper answers isro with "null" while it is not serving.
+        FourLetterWord::Isro => out.push_str(if st.quorum.serving { "rw" } else { "null" }),
+        FourLetterWord::Srvr | FourLetterWord::Stat if !st.quorum.serving => {
+            out.push_str("This ZooKeeper instance is not currently serving requests\n");
+        }
+        FourLetterWord::Srvr => {
+            let _ = writeln!(out, "Zookeeper version: {}", st.version);
+            summary_tail(st, &mut out);
+        }
+        FourLetterWord::Stat => {
+            let _ = writeln!(out, "Zookeeper version: {}", st.version);
+            out.push_str("Clients:\n");
+            conn_lines(st, &mut out, false);
+            out.push('\n');
+            summary_tail(st, &mut out);
+        }
+        FourLetterWord::Cons => {
+            conn_lines(st, &mut out, true);
+            out.push('\n');
+        }
+        FourLetterWord::Mntr => {
+            for (k, v) in mntr_rows(st) {
+                let _ = writeln!(out, "zk_{k}\t{v}");
+            }
+        }
+        FourLetterWord::Conf => {
+            let _ = writeln!(out, "clientPort={}", cfg.client_addr.port());
+            let _ = writeln!(
+                out,
+                "secureClientPort={}",
+                cfg.secure_client_addr.map_or(-1, |a| i32::from(a.port()))
+            );
+            let _ = writeln!(out, "dataDir={}", cfg.data_dir.display());
+            let _ = writeln!(out, "dataDirSize={}", details.data_dir_bytes);
+            let _ = writeln!(out, "dataLogDir={}", cfg.data_log_dir.display());
+            let _ = writeln!(out, "dataLogSize={}", details.data_log_dir_bytes);
+            let _ = writeln!(out, "tickTime={}", cfg.tick_time_ms);
+            let _ = writeln!(out, "maxClientCnxns={}", cfg.max_client_cnxns);
+            let _ = writeln!(out, "minSessionTimeout={}", cfg.min_session_timeout_ms);
+            let _ = writeln!(out, "maxSessionTimeout={}", cfg.max_session_timeout_ms);
+            out.push_str("clientPortListenBacklog=-1\n");
+            let _ = writeln!(out, "serverId={}", st.server_id);
+            conf_membership(st, &mut out);
+        }
+        FourLetterWord::Envi => {
+            out.push_str("Environment:\n");
+            for (k, v) in environment(st) {
+                let _ = writeln!(out, "{k}={v}");
+            }
+        }
+        FourLetterWord::Wchs => {
+            let _ = writeln!(
+                out,
+                "{} connections watching {} paths\nTotal watches:{}",
+                st.watching_connections, st.watched_paths, st.watch_count
+            );
+        }
+        FourLetterWord::Wchc => {
+            for (sid, paths) in &details.watches_by_session {
+                let _ = writeln!(out, "{}", format_sid(*sid));
+                for p in paths {
+                    let _ = writeln!(out, "\t{p}");
+                }
+            }
+            out.push('\n');
+        }
+        FourLetterWord::Wchp => {
+            for (p, sids) in &details.watches_by_path {
+                let _ = writeln!(out, "{p}");
+                for sid in sids {
+                    let _ = writeln!(out, "\t{}", format_sid(*sid));
+                }
+            }
+            out.push('\n');
+        }
+        FourLetterWord::Dump => {
+            out.push_str("SessionTracker dump:\n");
+            let n = details.sessions.len();
+            let _ = writeln!(out, "Session Sets ({n})/({n}):");
+            for (id, _, expires) in &details.sessions {
+                let _ = writeln!(out, "1 expire at {expires}:");
+                let _ = writeln!(out, "\t{}", format_sid(*id));
+            }
+            out.push_str("ephemeral nodes dump:\n");
+            let _ = writeln!(
+                out,
+                "Sessions with Ephemerals ({}):",
+                details.ephemerals.len()
+            );
+            for (id, paths) in &details.ephemerals {
+                let _ = writeln!(out, "{}:", format_sid(*id));
+                for p in paths {
+                    let _ = writeln!(out, "\t{p}");
+                }
+            }
+            out.push_str("Connections dump:\n");
+            let n = st.connections.len();
+            let _ = writeln!(out, "Connections Sets ({n})/({n}):");
+            for c in &st.connections {
+                let _ = writeln!(out, "\t{}", format_sid(c.session.unwrap_or(0)));
+            }
+        }
+        FourLetterWord::Dirs => {
+            let _ = writeln!(out, "datadir_size: {}", details.data_dir_bytes);
+            let _ = writeln!(out, "logdir_size: {}", details.data_log_dir_bytes);
+        }
+        // Mutating words are answered by the core (below); here they say nothing.
+        FourLetterWord::Crst | FourLetterWord::Srst => {}
+        // rzk has no trace mask; it reports ZooKeeper's default.
+        FourLetterWord::Gtmk | FourLetterWord::Stmk { .. } => out.push_str("306\n"),
+        FourLetterWord::Hash | FourLetterWord::TelnetClose => {}
+    }
+    out
 }
 
-fn max_fds() -> u64 {
-    std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("Max open files"))
-                .and_then(|l| l.split_whitespace().nth(3).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
+/// `envi`'s rows (also the AdminServer's `environment`).
+pub(crate) fn environment(st: &ServerStats) -> Vec<(&'static str, String)> {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let cwd = std::env::current_dir()
+        .map(|d| d.display().to_string())
+        .unwrap_or_default();
+    vec![
+        ("zookeeper.version", st.version.clone()),
+        ("host.name", host.trim().to_owned()),
+        ("java.version", "none (rzk is written in Rust)".into()),
+        ("os.name", std::env::consts::OS.into()),
+        ("os.arch", std::env::consts::ARCH.into()),
+        ("user.dir", cwd),
+    ]
 }
 
 impl Core {
-    fn avg_latency(&self) -> f64 {
-        if self.stats.replies == 0 {
-            0.0
-        } else {
-            self.stats.total_latency_ms as f64 / self.stats.replies as f64
-        }
-    }
-
-    fn summary_tail(&self, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "Latency min/avg/max: {}/{}/{}",
-            self.stats.min_latency_ms,
-            java_double(self.avg_latency()),
-            self.stats.max_latency_ms
-        );
-        let _ = writeln!(out, "Received: {}", self.stats.packets_received);
-        let _ = writeln!(out, "Sent: {}", self.stats.packets_sent);
-        let _ = writeln!(out, "Connections: {}", self.conns.len());
-        let _ = writeln!(out, "Outstanding: {}", self.outstanding());
-        let _ = writeln!(out, "Zxid: 0x{:x}", self.applied.as_u64());
-        let _ = writeln!(out, "Mode: standalone");
-        let _ = writeln!(out, "Node count: {}", self.tree.node_count());
-    }
-
-    fn conn_lines(&self, out: &mut String, detailed: bool) {
-        let mut ids: Vec<_> = self.conns.keys().copied().collect();
-        ids.sort_unstable();
-        for id in ids {
-            let c = &self.conns[&id];
-            let s = &c.stats;
-            let _ = write!(
-                out,
-                " /{}:{}[1](queued={},recved={},sent={}",
-                c.peer.ip(),
-                c.peer.port(),
-                c.queued(),
-                s.received,
-                s.sent
-            );
-            if detailed {
-                let avg = s.total_latency_ms.checked_div(s.replies).unwrap_or(0);
-                let lresp = s
-                    .last_response
-                    .map_or(0, |t| now_ms() - t.elapsed().as_millis() as i64);
-                let _ = write!(
-                    out,
-                    ",sid={},lop={},est={},to={},lcxid=0x{:x},lzxid=0x{:x},lresp={},llat={},minlat={},avglat={},maxlat={}",
-                    format_sid(c.session().unwrap_or(0)),
-                    if s.last_op.is_empty() { "NA" } else { s.last_op },
-                    c.established_ms,
-                    c.session()
-                        .and_then(|sid| self.sessions.get(&sid))
-                        .map_or(0, |x| x.timeout_ms),
-                    s.last_cxid,
-                    s.last_zxid,
-                    lresp,
-                    s.last_latency_ms,
-                    s.min_latency_ms,
-                    avg,
-                    s.max_latency_ms
-                );
-            }
-            out.push_str(")\n");
-        }
-    }
-
-    /// The output of a four-letter word (already whitelisted).
+    /// The output of a four-letter word (already whitelisted): the two that
+    /// reset counters act here, the rest format a snapshot.
     pub(crate) fn four_letter(&mut self, word: FourLetterWord) -> String {
-        let mut out = String::new();
-        let cfg = &self.cfg.server;
         match word {
-            FourLetterWord::Ruok => out.push_str("imok"),
-            FourLetterWord::Isro => out.push_str("rw"),
-            FourLetterWord::Srvr => {
-                let _ = writeln!(out, "Zookeeper version: {}", version());
-                self.summary_tail(&mut out);
-            }
-            FourLetterWord::Stat => {
-                let _ = writeln!(out, "Zookeeper version: {}", version());
-                out.push_str("Clients:\n");
-                self.conn_lines(&mut out, false);
-                out.push('\n');
-                self.summary_tail(&mut out);
-            }
-            FourLetterWord::Cons => {
-                self.conn_lines(&mut out, true);
-                out.push('\n');
-            }
-            FourLetterWord::Mntr => {
-                let metrics: Vec<(&str, String)> = vec![
-                    ("version", version()),
-                    ("server_state", "standalone".into()),
-                    ("ephemerals_count", self.tree.ephemeral_count().to_string()),
-                    ("num_alive_connections", self.conns.len().to_string()),
-                    ("avg_latency", java_double(self.avg_latency())),
-                    ("outstanding_requests", self.outstanding().to_string()),
-                    ("znode_count", self.tree.node_count().to_string()),
-                    ("global_sessions", self.sessions.len().to_string()),
-                    ("non_mtls_remote_conn_count", "0".into()),
-                    (
-                        "last_client_response_size",
-                        self.stats.last_response_bytes.to_string(),
-                    ),
-                    ("packets_sent", self.stats.packets_sent.to_string()),
-                    ("packets_received", self.stats.packets_received.to_string()),
-                    (
-                        "max_client_response_size",
-                        self.stats.max_response_bytes.to_string(),
-                    ),
-                    ("connection_drop_probability", "0.0".into()),
-                    ("watch_count", self.watches.watch_count().to_string()),
-                    ("auth_failed_count", self.stats.auth_failed.to_string()),
-                    ("min_latency", self.stats.min_latency_ms.to_string()),
-                    ("max_file_descriptor_count", max_fds().to_string()),
-                    (
-                        "approximate_data_size",
-                        self.tree.approximate_data_size().to_string(),
-                    ),
-                    ("open_file_descriptor_count", open_fds().to_string()),
-                    ("local_sessions", "0".into()),
-                    ("uptime", self.started.elapsed().as_millis().to_string()),
-                    ("max_latency", self.stats.max_latency_ms.to_string()),
-                    ("outstanding_tls_handshake", "0".into()),
-                    (
-                        "min_client_response_size",
-                        self.stats.min_response_bytes.to_string(),
-                    ),
-                    ("non_mtls_local_conn_count", "0".into()),
-                ];
-                for (k, v) in metrics {
-                    let _ = writeln!(out, "zk_{k}\t{v}");
-                }
-            }
-            FourLetterWord::Conf => {
-                let _ = writeln!(out, "clientPort={}", cfg.client_addr.port());
-                out.push_str("secureClientPort=-1\n");
-                let _ = writeln!(out, "dataDir={}", cfg.data_dir.display());
-                let _ = writeln!(out, "dataDirSize={}", dir_size(&cfg.data_dir));
-                let _ = writeln!(out, "dataLogDir={}", cfg.data_log_dir.display());
-                let _ = writeln!(out, "dataLogSize={}", dir_size(&cfg.data_log_dir));
-                let _ = writeln!(out, "tickTime={}", cfg.tick_time_ms);
-                let _ = writeln!(out, "maxClientCnxns={}", cfg.max_client_cnxns);
-                let _ = writeln!(out, "minSessionTimeout={}", cfg.min_session_timeout_ms);
-                let _ = writeln!(out, "maxSessionTimeout={}", cfg.max_session_timeout_ms);
-                out.push_str("clientPortListenBacklog=-1\n");
-                let _ = writeln!(
-                    out,
-                    "serverId={}",
-                    if cfg.servers.is_empty() {
-                        0
-                    } else {
-                        self.cfg.server_id
-                    }
-                );
-            }
-            FourLetterWord::Envi => {
-                out.push_str("Environment:\n");
-                let _ = writeln!(out, "zookeeper.version={}", version());
-                let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-                let _ = writeln!(out, "host.name={}", host.trim());
-                out.push_str("java.version=none (rzk is written in Rust)\n");
-                let _ = writeln!(out, "os.name={}", std::env::consts::OS);
-                let _ = writeln!(out, "os.arch={}", std::env::consts::ARCH);
-                let cwd = std::env::current_dir()
-                    .map(|d| d.display().to_string())
-                    .unwrap_or_default();
-                let _ = writeln!(out, "user.dir={cwd}");
-            }
-            FourLetterWord::Wchs => {
-                let _ = writeln!(
-                    out,
-                    "{} connections watching {} paths\nTotal watches:{}",
-                    self.watches.conn_count(),
-                    self.watches.path_count(),
-                    self.watches.watch_count()
-                );
-            }
-            FourLetterWord::Wchc => {
-                let mut rows: Vec<_> = self.watches.by_conn().collect();
-                rows.sort_unstable_by_key(|(c, _)| *c);
-                for (conn, paths) in rows {
-                    let sid = self.conns.get(&conn).and_then(|c| c.session()).unwrap_or(0);
-                    let _ = writeln!(out, "{}", format_sid(sid));
-                    for p in paths {
-                        let _ = writeln!(out, "\t{p}");
-                    }
-                }
-                out.push('\n');
-            }
-            FourLetterWord::Wchp => {
-                let mut rows: Vec<_> = self.watches.by_path().collect();
-                rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                for (p, conns) in rows {
-                    let _ = writeln!(out, "{p}");
-                    for c in conns {
-                        let sid = self.conns.get(&c).and_then(|c| c.session()).unwrap_or(0);
-                        let _ = writeln!(out, "\t{}", format_sid(sid));
-                    }
-                }
-                out.push('\n');
-            }
-            FourLetterWord::Dump => {
-                out.push_str("SessionTracker dump:\n");
-                let _ = writeln!(
-                    out,
-                    "Session Sets ({})/({}):",
-                    self.sessions.len(),
-                    self.sessions.len()
-                );
-                let mut ids: Vec<_> = self.sessions.iter().collect();
-                ids.sort_unstable_by_key(|(id, _)| **id);
-                let now = std::time::Instant::now();
-                for (id, s) in &ids {
-                    let left = s.deadline.saturating_duration_since(now).as_millis() as i64;
-                    let _ = writeln!(out, "1 expire at {}:", now_ms() + left);
-                    let _ = writeln!(out, "\t{}", format_sid(**id));
-                }
-                out.push_str("ephemeral nodes dump:\n");
-                let eph = self.tree.all_ephemerals();
-                let _ = writeln!(out, "Sessions with Ephemerals ({}):", eph.len());
-                let mut owners: Vec<_> = eph.iter().collect();
-                owners.sort_unstable_by_key(|(id, _)| **id);
-                for (id, paths) in owners {
-                    let _ = writeln!(out, "{}:", format_sid(*id));
-                    for p in paths {
-                        let _ = writeln!(out, "\t{p}");
-                    }
-                }
-                out.push_str("Connections dump:\n");
-                let _ = writeln!(
-                    out,
-                    "Connections Sets ({})/({}):",
-                    self.conns.len(),
-                    self.conns.len()
-                );
-                for c in self.conns.values() {
-                    let _ = writeln!(out, "\t{}", format_sid(c.session().unwrap_or(0)));
-                }
-            }
-            FourLetterWord::Dirs => {
-                let _ = writeln!(out, "datadir_size: {}", dir_size(&cfg.data_dir));
-                let _ = writeln!(out, "logdir_size: {}", dir_size(&cfg.data_log_dir));
-            }
             FourLetterWord::Crst => {
                 for c in self.conns.values_mut() {
                     c.stats = Default::default();
                 }
-                out.push_str("Connection stats reset.\n");
+                "Connection stats reset.\n".into()
             }
             FourLetterWord::Srst => {
                 self.stats = Default::default();
-                out.push_str("Server stats reset.\n");
+                "Server stats reset.\n".into()
             }
-            // rzk has no trace mask; it reports ZooKeeper's default.
-            FourLetterWord::Gtmk | FourLetterWord::Stmk { .. } => out.push_str("306\n"),
-            FourLetterWord::Hash | FourLetterWord::TelnetClose => {}
+            _ => format(word, &self.stats_snapshot(needs_details(word))),
         }
-        out
     }
 }
 

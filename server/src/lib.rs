@@ -31,16 +31,30 @@
 #![deny(missing_docs)]
 
 pub mod acl;
+mod admin;
 pub mod apply;
+mod commit;
 pub mod config;
 mod conn;
 mod core;
+pub mod dump;
+mod forward;
 mod fourlw;
+pub mod import_zk;
+mod leader;
 pub mod logging;
+mod metrics;
 pub mod outbox;
 pub mod path;
 pub mod prep;
+mod read;
+pub mod replication;
+mod route;
 mod server;
+mod sessions;
+mod snapshot;
+mod stats;
+pub mod tls;
 pub mod tree;
 pub mod txn;
 pub mod watch;
@@ -49,7 +63,10 @@ pub mod watch;
 mod replay_tests;
 
 pub use crate::core::CoreError;
-pub use server::{open_standalone, run, serve, server_id, ServerError};
+pub use replication::{open_replicator, server_id, Membership, ReplicationError};
+pub use server::{
+    run, run_listeners, serve, serve_listeners, serve_member, Listeners, ServerError,
+};
 
 /// The README's example is compiled as a doctest so that it cannot rot.
 #[cfg(doctest)]

@@ -1,17 +1,20 @@
-//! `rzk [zoo.cfg]`: the rzk server.
+//! `rzk [zoo.cfg]`: the rzk server. `rzk snapshot dump <file>` and
+//! `rzk log dump <dir>`: ZooKeeper 3.8's data files, as its toolkits print them.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use rzk_server::config::ServerConfig;
 use rzk_server::logging::{self, LogFormat};
 
 /// A ZooKeeper-compatible server. With no file it serves 127.0.0.1:2181 with
 /// data in ./data. Flags override the file.
 #[derive(Parser, Debug)]
-#[command(name = "rzk", version)]
+#[command(name = "rzk", version, args_conflicts_with_subcommands = true)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Tool>,
     /// A zoo.cfg-compatible configuration file.
     config: Option<PathBuf>,
     /// clientPort.
@@ -29,12 +32,74 @@ struct Cli {
     /// tickTime in ms.
     #[arg(long)]
     tick_time: Option<u32>,
+    /// This member's id in an ensemble (instead of `myid` in the data directory).
+    #[arg(long)]
+    id: Option<u64>,
     /// Any zoo.cfg key, as key=value (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
     /// rzk.log.format: text (default; coloured only on a terminal) or json.
     #[arg(long, value_name = "text|json")]
     log_format: Option<LogFormat>,
+}
+
+/// Tools for data directories (they only read).
+#[derive(Subcommand, Debug)]
+enum Tool {
+    /// Snapshot files.
+    Snapshot {
+        #[command(subcommand)]
+        action: SnapshotAction,
+    },
+    /// Transaction logs.
+    Log {
+        #[command(subcommand)]
+        action: LogAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SnapshotAction {
+    /// Prints a ZooKeeper 3.8 `snapshot.<zxid>` file: a summary and every
+    /// znode with its stat and ACL (zkSnapShotToolkit).
+    Dump {
+        /// The snapshot file.
+        file: PathBuf,
+        /// Only the summary (counts and sessions).
+        #[arg(long)]
+        summary: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum LogAction {
+    /// Prints every txn of a ZooKeeper 3.8 data log directory's `log.*` files
+    /// (or of one file): zxid, time, session, cxid, type, paths
+    /// (zkTxnLogToolkit).
+    Dump {
+        /// dataLogDir, its version-2, or one log file.
+        dir: PathBuf,
+    },
+}
+
+fn run_tool(tool: &Tool) -> ExitCode {
+    let mut out = String::new();
+    let result = match tool {
+        Tool::Snapshot {
+            action: SnapshotAction::Dump { file, summary },
+        } => rzk_server::dump::snapshot(file, *summary, &mut out),
+        Tool::Log {
+            action: LogAction::Dump { dir },
+        } => rzk_server::dump::log(dir, &mut out),
+    };
+    print!("{out}");
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rzk: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn overrides(cli: &Cli) -> Result<Vec<(String, String)>, String> {
@@ -68,10 +133,25 @@ fn overrides(cli: &Cli) -> Result<Vec<(String, String)>, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(tool) = &cli.command {
+        return run_tool(tool);
+    }
     let config = match overrides(&cli)
         .and_then(|o| ServerConfig::load(cli.config.as_deref(), &o).map_err(|e| e.to_string()))
     {
-        Ok(c) => c,
+        Ok(mut c) => {
+            c.my_id = cli.id;
+            c
+        }
+        Err(e) => {
+            eprintln!("rzk: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // A configuration that cannot describe this member (myid outside the server
+    // lines, an unresolvable peer…) is a configuration error: exit 2.
+    let membership = match rzk_server::Membership::of(&config) {
+        Ok(m) => m,
         Err(e) => {
             eprintln!("rzk: {e}");
             return ExitCode::from(2);
@@ -91,23 +171,62 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(config)) {
+    match runtime.block_on(run(config, membership)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rzk: {e:#}");
-            ExitCode::FAILURE
+            // A peer that does not resolve, or a quorum port that cannot be
+            // opened, is the configuration's fault: exit 2 like a bad key.
+            let config_error = matches!(
+                e.downcast_ref::<rzk_server::ServerError>(),
+                Some(rzk_server::ServerError::Replication(
+                    rzk_server::ReplicationError::Config(_)
+                        | rzk_server::ReplicationError::Resolve { .. }
+                        | rzk_server::ReplicationError::MyId { .. }
+                        | rzk_server::ReplicationError::Listen { .. }
+                ))
+            );
+            if config_error {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
 
-async fn run(config: ServerConfig) -> anyhow::Result<()> {
-    if !config.servers.is_empty() {
-        tracing::warn!("server.N lines found: ensembles are not supported yet; serving standalone");
-    }
-    let listener = tokio::net::TcpListener::bind(config.client_addr)
+async fn run(config: ServerConfig, membership: rzk_server::Membership) -> anyhow::Result<()> {
+    let addr = membership.client_addr;
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.client_addr))?;
-    rzk_server::serve(config, vec![listener], shutdown_signal()).await?;
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let mut listeners = rzk_server::Listeners {
+        plain: vec![listener],
+        ..Default::default()
+    };
+    if let Some(addr) = config.metrics_addr {
+        // As ZooKeeper: a metrics provider that cannot start stops the server.
+        let l = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            anyhow::anyhow!("cannot listen on {addr} (metricsProvider.httpPort): {e}")
+        })?;
+        listeners.metrics = Some(l);
+    }
+    if let Some(addr) = config.admin_addr {
+        // As ZooKeeper: an AdminServer that cannot start is a warning.
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => listeners.admin = Some(l),
+            Err(e) => {
+                tracing::warn!(%addr, error = %e, "cannot start the AdminServer (admin.serverPort); going on without it")
+            }
+        }
+    }
+    if let Some(addr) = config.secure_client_addr {
+        let secure = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (secureClientPort): {e}"))?;
+        listeners.secure.push(secure);
+    }
+    rzk_server::serve_member(config, &membership, listeners, None, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
 }

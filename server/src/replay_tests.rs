@@ -123,6 +123,8 @@ fn prep_one(
 fn txn(session: i64, i: usize, body: TxnBody) -> Txn {
     Txn {
         header: TxnHeader {
+            origin: 1,
+            request: i as u64,
             session,
             cxid: i as i32,
             time_ms: 1_000 + i as i64,

@@ -5,82 +5,40 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rzk_quorum::{PeerId, QuorumOfOne, Replicator, StandaloneError, StandaloneOptions, WalOptions};
+use rzk_quorum::Replicator;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 
+use crate::acl::AuthInfo;
 use crate::config::ServerConfig;
 use crate::conn::{self, ConnCtx};
 use crate::core::{Core, CoreConfig, CoreError, CoreMsg};
+use crate::replication::{open_replicator, Membership, ReplicationError};
+use crate::tls::{TlsAcceptor, TlsError};
 
 /// Why the server stopped or could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    /// The durable log could not be opened.
+    /// The replicator could not be opened (configuration, data directory,
+    /// quorum port).
     #[error(transparent)]
-    Storage(#[from] StandaloneError),
+    Replication(#[from] ReplicationError),
     /// Replication or recovery failed.
     #[error(transparent)]
     Core(#[from] CoreError),
-    /// `myid` could not be read.
-    #[error("cannot read {path}: {reason}")]
-    MyId {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
+    /// The secure client port's TLS settings cannot be used.
+    #[error("secure client port: {0}")]
+    Tls(#[from] TlsError),
 }
 
 /// Messages the core may queue before connection readers wait.
 const CORE_QUEUE_MAX: usize = 4096;
 /// How long shutdown waits for connections to flush their last replies.
 const SHUTDOWN_FLUSH_MAX: Duration = Duration::from_secs(5);
-
-/// The server id: 1 standalone (as ZooKeeper), or `myid` from the data
-/// directory when the configuration has `server.N` lines.
-pub fn server_id(config: &ServerConfig) -> Result<u64, ServerError> {
-    if config.servers.is_empty() {
-        return Ok(1);
-    }
-    let path = config.data_dir.join("myid");
-    let text = std::fs::read_to_string(&path).map_err(|e| ServerError::MyId {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
-    text.trim().parse::<u64>().map_err(|e| ServerError::MyId {
-        path,
-        reason: format!("not a number: {e}"),
-    })
-}
-
-/// Opens the standalone replicator (a quorum of one) for `config`.
-pub async fn open_standalone(config: &ServerConfig) -> Result<Arc<QuorumOfOne>, ServerError> {
-    let id = server_id(config)?;
-    // The log fsyncs a directory's parent, which a bare relative name such as
-    // `data` does not have: hand it absolute paths.
-    let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
-    let data_dir = absolute(&config.data_dir);
-    let mut wal = WalOptions {
-        snap_retain_count: config.snap_retain_count as usize,
-        ..WalOptions::default()
-    };
-    wal.log.unsafe_no_fsync = config.unsafe_no_fsync;
-    if config.data_log_dir != config.data_dir {
-        wal.log_dir = Some(absolute(&config.data_log_dir));
-    }
-    let options = StandaloneOptions {
-        wal,
-        id: PeerId(id),
-        ..StandaloneOptions::default()
-    };
-    Ok(QuorumOfOne::open(&data_dir, options).await?)
-}
 
 /// Opens the data directory, serves clients on `listeners` until `shutdown`
 /// completes, then stops gracefully: no new connections, in-flight writes
@@ -90,11 +48,67 @@ pub async fn serve(
     listeners: Vec<TcpListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    let quorum = open_standalone(&config).await?;
+    serve_listeners(
+        config,
+        Listeners {
+            plain: listeners,
+            ..Listeners::default()
+        },
+        shutdown,
+    )
+    .await
+}
+
+/// The sockets a server accepts clients on.
+#[derive(Debug, Default)]
+pub struct Listeners {
+    /// `clientPort`: plaintext.
+    pub plain: Vec<TcpListener>,
+    /// `secureClientPort`: TLS with the configuration's `ssl.*` settings.
+    pub secure: Vec<TcpListener>,
+    /// The AdminServer's HTTP port (`admin.serverPort`), if enabled.
+    pub admin: Option<TcpListener>,
+    /// The Prometheus endpoint (`metricsProvider.httpPort`), if enabled.
+    pub metrics: Option<TcpListener>,
+}
+
+/// [`serve`] with plain and secure listeners. The TLS settings are checked
+/// before the data directory is opened.
+pub async fn serve_listeners(
+    config: ServerConfig,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let membership = Membership::of(&config)?;
+    serve_member(config, &membership, listeners, None, shutdown).await
+}
+
+/// [`serve_listeners`] for an ensemble member whose quorum port the caller
+/// bound already (tests bind port 0 for every member first, then write the
+/// configuration); `None` binds the port of the member's `server.N` line.
+pub async fn serve_member(
+    config: ServerConfig,
+    membership: &Membership,
+    listeners: Listeners,
+    quorum_listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let tls = tls_for(&config, &listeners)?;
+    let quorum = open_replicator(&config, membership, quorum_listener).await?;
     let replicator: Arc<dyn Replicator> = quorum.clone();
-    let result = run(listeners, config, replicator, shutdown).await;
+    let result = run_inner(listeners, tls, config, replicator, shutdown).await;
     quorum.shutdown().await;
     result
+}
+
+fn tls_for(
+    config: &ServerConfig,
+    listeners: &Listeners,
+) -> Result<Option<Arc<TlsAcceptor>>, ServerError> {
+    if listeners.secure.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(TlsAcceptor::new(&config.tls)?)))
 }
 
 /// Serves clients on `listeners` with `replicator` until `shutdown`
@@ -105,15 +119,39 @@ pub async fn run(
     replicator: Arc<dyn Replicator>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
+    let listeners = Listeners {
+        plain: listeners,
+        ..Listeners::default()
+    };
+    run_inner(listeners, None, config, replicator, shutdown).await
+}
+
+/// [`run`] with plain and secure listeners.
+pub async fn run_listeners(
+    listeners: Listeners,
+    config: ServerConfig,
+    replicator: Arc<dyn Replicator>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let tls = tls_for(&config, &listeners)?;
+    run_inner(listeners, tls, config, replicator, shutdown).await
+}
+
+async fn run_inner(
+    listeners: Listeners,
+    tls: Option<Arc<TlsAcceptor>>,
+    config: ServerConfig,
+    replicator: Arc<dyn Replicator>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
     let server_id = replicator.id().0;
-    let core = Core::recover(
+    let core = Core::new(
         CoreConfig {
             server: config.clone(),
             server_id,
         },
         replicator,
-    )
-    .await?;
+    )?;
     let (core_tx, core_rx) = mpsc::channel(CORE_QUEUE_MAX);
     let mut core_task = tokio::spawn(core.run(core_rx));
     let ctx = Arc::new(ConnCtx {
@@ -127,18 +165,35 @@ pub async fn run(
         sessionless_timeout: Duration::from_millis(config.sessionless_timeout_ms),
         whitelist: config.four_letter_words.clone(),
     });
-    let (accepted_tx, mut accepted) = mpsc::channel::<(TcpStream, SocketAddr)>(64);
+    // Each accepted socket with the TLS acceptor of its listener, if secure.
+    type Accepted = (TcpStream, SocketAddr, Option<Arc<TlsAcceptor>>);
+    let (accepted_tx, mut accepted) = mpsc::channel::<Accepted>(64);
     let mut acceptors = JoinSet::new();
-    for listener in listeners {
+    // The HTTP endpoints read snapshots from the core; they stop with the server.
+    let mut http = JoinSet::new();
+    if let Some(l) = listeners.admin {
+        let url = config.admin_command_url.clone();
+        http.spawn(crate::admin::serve(l, core_tx.clone(), url));
+    }
+    if let Some(l) = listeners.metrics {
+        http.spawn(crate::metrics::serve(l, core_tx.clone()));
+    }
+    let plain = listeners.plain.into_iter().map(|l| (l, None));
+    let secure = listeners.secure.into_iter().map(|l| (l, tls.clone()));
+    for (listener, tls) in plain.chain(secure) {
         if let Ok(addr) = listener.local_addr() {
-            tracing::info!(%addr, "serving clients");
+            if tls.is_some() {
+                tracing::info!(%addr, "serving TLS clients");
+            } else {
+                tracing::info!(%addr, "serving clients");
+            }
         }
         let tx = accepted_tx.clone();
         acceptors.spawn(async move {
             loop {
                 match listener.accept().await {
-                    Ok(pair) => {
-                        if tx.send(pair).await.is_err() {
+                    Ok((stream, peer)) => {
+                        if tx.send((stream, peer, tls.clone())).await.is_err() {
                             return;
                         }
                     }
@@ -161,7 +216,7 @@ pub async fn run(
         tokio::select! {
             _ = &mut shutdown => break None,
             r = &mut core_task => break Some(r),
-            Some((stream, peer)) = accepted.recv() => {
+            Some((stream, peer, tls)) = accepted.recv() => {
                 let ip = peer.ip();
                 let n = per_ip.entry(ip).or_insert(0);
                 if per_ip_max > 0 && *n >= per_ip_max {
@@ -174,7 +229,10 @@ pub async fn run(
                 next_id += 1;
                 let ctx = ctx.clone();
                 conns.spawn(async move {
-                    conn::serve(stream, peer, id, ctx).await;
+                    match tls {
+                        None => conn::serve(stream, peer, id, ctx).await,
+                        Some(tls) => serve_tls(&tls, stream, peer, id, ctx).await,
+                    }
                     ip
                 });
             }
@@ -191,6 +249,7 @@ pub async fn run(
         }
     };
     acceptors.abort_all();
+    http.abort_all();
     let core_result = match core_result {
         Some(r) => r,
         None => {
@@ -213,24 +272,39 @@ pub async fn run(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn server_id_is_one_standalone_and_myid_in_an_ensemble() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = ServerConfig::parse(&format!("dataDir={}\n", dir.path().display())).unwrap();
-        assert_eq!(server_id(&cfg).unwrap(), 1);
-        cfg = ServerConfig::parse(&format!(
-            "dataDir={}\nserver.3=a:2888:3888\n",
-            dir.path().display()
-        ))
-        .unwrap();
-        assert!(matches!(server_id(&cfg), Err(ServerError::MyId { .. })));
-        std::fs::write(dir.path().join("myid"), "3\n").unwrap();
-        assert_eq!(server_id(&cfg).unwrap(), 3);
-        std::fs::write(dir.path().join("myid"), "three").unwrap();
-        assert!(server_id(&cfg).is_err());
+/// Runs the TLS handshake (bounded by the sessionless timeout, so a client
+/// that connects and says nothing cannot hold the slot), then serves the
+/// connection. A failed handshake is one warning line and a closed socket.
+async fn serve_tls(
+    tls: &TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    id: crate::watch::ConnId,
+    ctx: Arc<ConnCtx>,
+) {
+    let _ = stream.set_nodelay(true);
+    let (tls_stream, identity) = match tokio::time::timeout(
+        ctx.sessionless_timeout,
+        tls.accept(stream),
+    )
+    .await
+    {
+        Ok(Ok(done)) => done,
+        Ok(Err(e)) => {
+            tracing::warn!(%peer, error = %e, "refused a connection on the secure client port");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%peer, "refused a connection on the secure client port: no TLS handshake within the sessionless timeout");
+            return;
+        }
+    };
+    let mut auth = AuthInfo::for_peer(peer.ip());
+    if let Some(who) = identity {
+        tracing::debug!(%peer, subject = %who.subject, "TLS client certificate");
+        auth.add("x509", &who.subject);
+        auth.is_super |= who.is_super;
     }
+    let (rd, wr) = tokio::io::split(tls_stream);
+    conn::serve_split(rd, wr, peer, auth, id, ctx).await;
 }

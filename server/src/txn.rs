@@ -9,7 +9,9 @@
 //! Format (internal to rzk, versioned by its first byte; big-endian):
 //!
 //! ```text
-//! u8 version (1) | i64 session | i32 cxid | i64 time_ms | u8 kind | body
+//! u8 version (2) | u64 origin | u64 request | i64 session | i32 cxid | i64 time_ms | u8 kind | body
+//!   (version 1, written by standalone servers before the ensemble, has no
+//!   origin and request: they decode as 0)
 //! kind 1 CreateSession: i32 timeout_ms, [u8; 16] password
 //! kind 2 CloseSession
 //! kind 3 Create: str path, buf data, acl list, i64 owner
@@ -27,11 +29,21 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use rzk_wire::{Acl, ByteString, ErrorCode, Id, Perms};
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// The format before the ensemble: no origin, no request id.
+const VERSION_STANDALONE: u8 = 1;
 
 /// Who caused a txn and when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TxnHeader {
+    /// The member holding the client connection the request came from (its
+    /// server id), or 0 for the leader's own txns (expiry, container and TTL
+    /// deletion). That member answers the client once it applied the txn (I6).
+    pub origin: u64,
+    /// The origin's id for the request, unique on that member: the member
+    /// finds the request a committed txn answers by `(origin, request)`, never
+    /// by its position in a queue.
+    pub request: u64,
     /// The session the request came from (0 for the server's own txns:
     /// container and TTL deletions).
     pub session: i64,
@@ -132,6 +144,8 @@ impl Txn {
     pub fn encode(&self) -> Bytes {
         let mut b = BytesMut::with_capacity(64);
         b.put_u8(VERSION);
+        b.put_u64(self.header.origin);
+        b.put_u64(self.header.request);
         b.put_i64(self.header.session);
         b.put_i32(self.header.cxid);
         b.put_i64(self.header.time_ms);
@@ -176,10 +190,14 @@ impl Txn {
     pub fn decode(bytes: &[u8]) -> Result<Txn, TxnError> {
         let mut r = bytes;
         let version = get_u8(&mut r)?;
-        if version != VERSION {
-            return Err(TxnError(format!("unknown txn version {version}")));
-        }
+        let (origin, request) = match version {
+            VERSION => (get_u64(&mut r)?, get_u64(&mut r)?),
+            VERSION_STANDALONE => (0, 0),
+            v => return Err(TxnError(format!("unknown txn version {v}"))),
+        };
         let header = TxnHeader {
+            origin,
+            request,
             session: get_i64(&mut r)?,
             cxid: get_i32(&mut r)?,
             time_ms: get_i64(&mut r)?,
@@ -334,6 +352,11 @@ pub(crate) fn get_u32(r: &mut &[u8]) -> Result<u32, TxnError> {
     Ok(r.get_u32())
 }
 
+pub(crate) fn get_u64(r: &mut &[u8]) -> Result<u64, TxnError> {
+    need(r, 8)?;
+    Ok(r.get_u64())
+}
+
 pub(crate) fn get_i64(r: &mut &[u8]) -> Result<i64, TxnError> {
     need(r, 8)?;
     Ok(r.get_i64())
@@ -397,6 +420,8 @@ mod tests {
 
     fn header() -> TxnHeader {
         TxnHeader {
+            origin: 3,
+            request: 0x1_0000_0007,
             session: 0x0100_0000_0000_0001,
             cxid: 7,
             time_ms: 1_700_000_000_000,
@@ -451,6 +476,23 @@ mod tests {
             };
             assert_eq!(Txn::decode(&txn.encode()).unwrap(), txn);
         }
+    }
+
+    #[test]
+    fn standalone_txns_written_before_the_ensemble_still_decode() {
+        // Version 1: no origin and request id; they read as 0 (the server's own).
+        let v2 = Txn {
+            header: header(),
+            body: TxnBody::Op(TxnOp::Delete { path: "/a".into() }),
+        }
+        .encode();
+        let mut v1 = vec![1u8];
+        v1.extend_from_slice(&v2[17..]);
+        let t = Txn::decode(&v1).unwrap();
+        assert_eq!((t.header.origin, t.header.request), (0, 0));
+        assert_eq!(t.header.session, header().session);
+        assert_eq!(t.body, TxnBody::Op(TxnOp::Delete { path: "/a".into() }));
+        assert!(Txn::decode(&[3u8, 0, 0]).is_err(), "unknown version");
     }
 
     #[test]

@@ -69,6 +69,14 @@ pub struct Options {
     pub crashes: bool,
     /// Whether to partition the network.
     pub partitions: bool,
+    /// Probability that a peer is told (`Input::PeerDisconnected`) when another
+    /// peer it can reach crashes, as a killed process's connections are reset
+    /// by its kernel. The rest of the time the crash is silent (a power loss, a
+    /// frozen machine) and only timeouts find it.
+    pub disconnect_notice: f64,
+    /// Whether connections are reset at random (both ends are told; what was
+    /// in flight on the link is lost).
+    pub link_resets: bool,
     /// How many trace lines a failure report keeps.
     pub trace_lines: usize,
     /// Whether to check I1 on every message (AdvertisedDurable). Turned off only
@@ -89,6 +97,8 @@ impl Default for Options {
             reorder: 0.01,
             crashes: true,
             partitions: true,
+            disconnect_notice: 0.8,
+            link_resets: true,
             trace_lines: 60,
             check_claims: true,
         }
@@ -114,6 +124,11 @@ pub struct Report {
     pub rollovers: u64,
     /// Sync barriers completed.
     pub sync_barriers: u64,
+    /// Connection losses reported to peers (`Input::PeerDisconnected`).
+    pub link_downs: u64,
+    /// Peer messages refused by a core (`Output::Refused`): stale sessions,
+    /// broken streams, and the bad input the faults produce.
+    pub refused: u64,
 }
 
 /// A failing run: the seed, the property, and the last events.
@@ -171,6 +186,14 @@ enum Event {
     Heal,
     Snapshot,
     ClientSync,
+    /// The transport of `to` reports that its connection to `peer` ended.
+    LinkDown {
+        to: usize,
+        peer: usize,
+        incarnation: u64,
+    },
+    /// A random connection is reset.
+    LinkReset,
 }
 
 struct Node {
@@ -189,6 +212,8 @@ struct Node {
     syncs: BTreeMap<u64, Zxid>,
     /// The epoch this node is the established leader of, if it leads.
     leading: Option<rzk_zxid::Epoch>,
+    /// Client writes this node acknowledged as leader (all incarnations).
+    acks: u64,
 }
 
 struct World {
@@ -246,9 +271,61 @@ fn sm_decode(b: &[u8]) -> Vec<(Zxid, u64)> {
 /// Runs one seed. `Ok` if every property held and the peers converged.
 pub fn run(seed: u64, opts: &Options) -> Result<Report, Box<Failure>> {
     let mut w = World::new(seed, opts.clone());
-    // An assertion inside the core (STYLE rule 2) is a failure of this seed too.
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.run()));
-    let outcome = match outcome {
+    match guarded(&mut w, World::run) {
+        Ok(()) => {
+            let mut r = w.report.clone();
+            r.trace_hash = w.hash;
+            r.sim_ms = w.now;
+            r.acked = w.checker.acked.len();
+            Ok(r)
+        }
+        Err(v) => Err(w.failure(seed, v, "")),
+    }
+}
+
+/// What [`failover`] measured.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FailoverReport {
+    /// For each kill, simulated milliseconds from the kill of the established
+    /// leader to the first write a new leader got acknowledged.
+    pub times_ms: Vec<u64>,
+    /// A hash of the whole event trace; equal for two runs of one seed.
+    pub trace_hash: u64,
+}
+
+/// Kills the established leader `kills` times, with no other fault (no loss,
+/// partition or random crash, whatever `opts` says), and measures in simulated
+/// time how long each takes from the kill to the first write acknowledged by
+/// the next leader. The killed peer restarts 50 ms after that and the next kill
+/// waits for the ensemble to converge. `opts.disconnect_notice` says whether
+/// the survivors' transports report the lost connection (1.0: a killed
+/// process; 0.0: a silent failure only `sync_limit` finds). Every property is
+/// checked as in [`run`].
+pub fn failover(seed: u64, opts: &Options, kills: usize) -> Result<FailoverReport, Box<Failure>> {
+    let mut o = opts.clone();
+    o.loss = 0.0;
+    o.duplicate = 0.0;
+    o.reorder = 0.0;
+    o.crashes = false;
+    o.partitions = false;
+    o.link_resets = false;
+    let mut w = World::new(seed, o);
+    match guarded(&mut w, |w| w.run_failover(kills)) {
+        Ok(times_ms) => Ok(FailoverReport {
+            times_ms,
+            trace_hash: w.hash,
+        }),
+        Err(v) => Err(w.failure(seed, v, &format!(" --failover {kills}"))),
+    }
+}
+
+/// Runs `f`, turning an assertion inside the core (STYLE rule 2) into a
+/// failure of the seed too.
+fn guarded<T>(
+    w: &mut World,
+    f: impl FnOnce(&mut World) -> Result<T, Violation>,
+) -> Result<T, Violation> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(w))) {
         Ok(r) => r,
         Err(p) => {
             let msg = p
@@ -257,45 +334,6 @@ pub fn run(seed: u64, opts: &Options) -> Result<Report, Box<Failure>> {
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "panic".into());
             Err(violation("CoreAssertion", msg))
-        }
-    };
-    match outcome {
-        Ok(()) => {
-            let mut r = w.report.clone();
-            r.trace_hash = w.hash;
-            r.sim_ms = w.now;
-            r.acked = w.checker.acked.len();
-            Ok(r)
-        }
-        Err(v) => {
-            let mut trace: Vec<String> = w.ring.iter().cloned().collect();
-            for n in &w.nodes {
-                trace.push(match &n.peer {
-                    Some(p) => format!("state {}", p.describe()),
-                    None => format!("state {:?} down, disk last {}", n.id, n.disk.last()),
-                });
-            }
-            let mut replay = format!(
-                "cargo run -p rzk-sim --release -- --seed {seed} --nodes {} --fault-ms {}",
-                opts.nodes, opts.fault_ms
-            );
-            if let Some(l) = opts.counter_limit {
-                replay.push_str(&format!(" --limit {l}"));
-            }
-            if opts.bugs.keep_memory_after_interrupted_trunc {
-                replay.push_str(" --bug-5094");
-            }
-            if !opts.check_claims {
-                replay.push_str(" --no-claims-check");
-            }
-            replay.push_str(" --trace 5000");
-            Err(Box::new(Failure {
-                seed,
-                violation: v,
-                at_ms: w.now,
-                trace,
-                replay,
-            }))
         }
     }
 }
@@ -321,6 +359,7 @@ impl World {
                 proposed: BTreeMap::new(),
                 syncs: BTreeMap::new(),
                 leading: None,
+                acks: 0,
             })
             .collect();
         World {
@@ -342,6 +381,41 @@ impl World {
             faults_on: true,
             events_since_check: 0,
         }
+    }
+
+    fn failure(&self, seed: u64, v: Violation, mode: &str) -> Box<Failure> {
+        let opts = &self.opts;
+        let mut trace: Vec<String> = self.ring.iter().cloned().collect();
+        for n in &self.nodes {
+            trace.push(match &n.peer {
+                Some(p) => format!("state {}", p.describe()),
+                None => format!("state {:?} down, disk last {}", n.id, n.disk.last()),
+            });
+        }
+        let mut replay = format!(
+            "cargo run -p rzk-sim --release -- --seed {seed} --nodes {} --fault-ms {}{mode}",
+            opts.nodes, opts.fault_ms
+        );
+        if let Some(l) = opts.counter_limit {
+            replay.push_str(&format!(" --limit {l}"));
+        }
+        if opts.bugs.keep_memory_after_interrupted_trunc {
+            replay.push_str(" --bug-5094");
+        }
+        if !opts.check_claims {
+            replay.push_str(" --no-claims-check");
+        }
+        if opts.disconnect_notice == 0.0 && !opts.link_resets {
+            replay.push_str(" --no-disconnects");
+        }
+        replay.push_str(" --trace 5000");
+        Box::new(Failure {
+            seed,
+            violation: v,
+            at_ms: self.now,
+            trace,
+            replay,
+        })
     }
 
     fn schedule(&mut self, at: u64, ev: Event) {
@@ -424,6 +498,10 @@ impl World {
             let at = self.rng.random_range(300..2000);
             self.schedule(at, Event::Partition);
         }
+        if self.opts.link_resets {
+            let at = self.rng.random_range(300..3000);
+            self.schedule(at, Event::LinkReset);
+        }
         let fault_end = self.opts.fault_ms;
         let end = fault_end + self.opts.settle_ms;
         let mut next_converge_check = fault_end;
@@ -455,6 +533,70 @@ impl World {
                 "no convergence within {} ms after faults stopped",
                 self.opts.settle_ms
             ),
+        ))
+    }
+
+    /// See [`failover`].
+    fn run_failover(&mut self, kills: usize) -> Result<Vec<u64>, Violation> {
+        for i in 0..self.nodes.len() {
+            self.start(i)?;
+        }
+        self.schedule(50, Event::Client);
+        self.schedule(300, Event::Snapshot);
+        self.schedule(200, Event::ClientSync);
+        let mut times = Vec::new();
+        // (killed node, when, writes acknowledged by the others until then)
+        let mut killed: Option<(usize, u64, u64)> = None;
+        let mut next_kill = 500;
+        let end = 60_000 * (kills as u64 + 1);
+        let others_acks = |w: &World, k: usize| -> u64 {
+            (0..w.nodes.len())
+                .filter(|i| *i != k)
+                .map(|i| w.nodes[i].acks)
+                .sum()
+        };
+        while let Some((&(at, seq), _)) = self.events.iter().next() {
+            if at > end {
+                break;
+            }
+            let ev = self.events.remove(&(at, seq)).expect("present");
+            self.now = at;
+            self.dispatch(ev)?;
+            match killed {
+                None if self.now >= next_kill && self.converged() => {
+                    let l = (0..self.nodes.len())
+                        .find(|i| self.nodes[*i].leading.is_some())
+                        .expect("converged under a leader");
+                    let before = others_acks(self, l);
+                    killed = Some((l, self.now, before));
+                    self.note(|| format!("failover: kill the leader {}", l + 1));
+                    self.kill(l)?;
+                }
+                Some((l, t0, before)) if others_acks(self, l) > before => {
+                    let took = self.now - t0;
+                    self.note(|| {
+                        format!("failover: a new leader acknowledged a write after {took} ms")
+                    });
+                    times.push(took);
+                    if took > 500 && std::env::var("SIMDBG").is_ok() {
+                        for l in &self.ring {
+                            eprintln!("{l}");
+                        }
+                    }
+                    if times.len() == kills {
+                        self.check_acked_durable()?;
+                        return Ok(times);
+                    }
+                    killed = None;
+                    self.schedule(self.now + 50, Event::Restart { node: l });
+                    next_kill = self.now + 200;
+                }
+                _ => {}
+            }
+        }
+        Err(violation(
+            "Liveness",
+            format!("{} of {kills} failovers completed", times.len()),
         ))
     }
 
@@ -573,7 +715,78 @@ impl World {
                 Ok(())
             }
             Event::Snapshot => self.snapshot(),
+            Event::LinkDown {
+                to,
+                peer,
+                incarnation,
+            } => {
+                if self.nodes[to].incarnation != incarnation || self.nodes[to].peer.is_none() {
+                    return Ok(());
+                }
+                let (id, p) = (self.nodes[to].id, self.nodes[peer].id);
+                self.note(|| format!("{id:?} told: link to {p:?} down"));
+                self.report.link_downs += 1;
+                self.hash = fnv(
+                    fnv(self.hash, self.now),
+                    0xd0_0000 + (to * 16 + peer) as u64,
+                );
+                self.step(to, Input::PeerDisconnected { peer: p })
+            }
+            Event::LinkReset => self.link_reset(),
         }
+    }
+
+    /// Tells `to` that its connection to `peer` ended, after everything already
+    /// on its way from `peer` (a stream's end follows its data), and before
+    /// anything `peer` sends later (which travels on a new connection).
+    fn schedule_link_down(&mut self, to: usize, peer: usize) {
+        let at = self.now + self.rng.random_range(1..5);
+        let last = self.link_last.entry((peer, to)).or_insert(0);
+        let at = at.max(*last);
+        *last = at;
+        let incarnation = self.nodes[to].incarnation;
+        self.schedule(
+            at,
+            Event::LinkDown {
+                to,
+                peer,
+                incarnation,
+            },
+        );
+    }
+
+    /// Resets the connection between two random peers: what is in flight on it
+    /// is lost and both ends are told.
+    fn link_reset(&mut self) -> Result<(), Violation> {
+        if !self.faults_on {
+            return Ok(());
+        }
+        let at = self.now + self.rng.random_range(300..3000);
+        self.schedule(at, Event::LinkReset);
+        let n = self.nodes.len();
+        let a = self.rng.random_range(0..n);
+        let b = (a + self.rng.random_range(1..n)) % n;
+        let lost: Vec<(u64, u64)> = self
+            .events
+            .iter()
+            .filter(|(_, ev)| {
+                matches!(ev, Event::Deliver { to, from, .. }
+                    if (*to, *from) == (a, b) || (*to, *from) == (b, a))
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        let (ia, ib) = (self.nodes[a].id, self.nodes[b].id);
+        let count = lost.len();
+        self.note(|| format!("link {ia:?}-{ib:?} reset ({count} messages lost)"));
+        for k in lost {
+            self.events.remove(&k);
+        }
+        for (to, peer) in [(a, b), (b, a)] {
+            if self.nodes[to].peer.is_some() {
+                self.schedule_link_down(to, peer);
+            }
+        }
+        Ok(())
     }
 
     fn deliver(&mut self, to: usize, from: usize, msg: Message) -> Result<(), Violation> {
@@ -602,6 +815,23 @@ impl World {
             }
         }
         let from_id = self.nodes[from].id;
+        if self.opts.trace_lines > 1000 {
+            // Long traces (replays) show every delivered message.
+            let to_id = self.nodes[to].id;
+            self.note(|| match &msg {
+                Message::Notification(n) => format!(
+                    "{from_id:?}->{to_id:?} {:?} vote {:?} {} e{} round {}",
+                    n.state, n.vote.leader, n.vote.zxid, n.vote.peer_epoch, n.round
+                ),
+                Message::Session { session, seq, msg } => {
+                    format!(
+                        "{from_id:?}->{to_id:?} s{} #{seq} {}",
+                        session.0,
+                        msg.name()
+                    )
+                }
+            });
+        }
         self.step(to, Input::Message { from: from_id, msg })
     }
 
@@ -624,6 +854,12 @@ impl World {
     fn handle_output(&mut self, i: usize, o: Output) -> Result<(), Violation> {
         match o {
             Output::Send { to, msg } => self.send(i, to, msg),
+            Output::Refused { peer, msg, reason } => {
+                self.report.refused += 1;
+                let id = self.nodes[i].id;
+                self.note(|| format!("{id:?} refused {msg} from {peer:?}: {reason}"));
+                Ok(())
+            }
             Output::Storage { op, cmd } => {
                 self.hash = fnv(self.hash, op.0);
                 self.nodes[i].inflight.push_back((op, cmd));
@@ -759,6 +995,7 @@ impl World {
                     ));
                 }
                 self.nodes[i].proposed.retain(|_, v| *v != pid);
+                self.nodes[i].acks += 1;
                 self.checker.on_ack(e.zxid, pid);
             }
         }
@@ -946,6 +1183,14 @@ impl World {
         if self.nodes[i].peer.is_none() || !self.faults_on {
             return Ok(());
         }
+        self.kill(i)?;
+        let at = self.now + self.rng.random_range(50..800);
+        self.schedule(at, Event::Restart { node: i });
+        Ok(())
+    }
+
+    /// Stops peer `i` as a kill -9 or a power loss does.
+    fn kill(&mut self, i: usize) -> Result<(), Violation> {
         self.report.crashes += 1;
         // A prefix of the commands not yet completed survives; the last surviving
         // append may be torn (only some of its records made it).
@@ -964,9 +1209,21 @@ impl World {
             self.apply_to_disk(i, cmd, keep)?;
         }
         self.nodes[i].peer = None;
-        let at = self.now + self.rng.random_range(50..800);
-        self.schedule(at, Event::Restart { node: i });
+        self.notice_crash(i);
         Ok(())
+    }
+
+    /// The peers that can reach crashed `i` learn of it from their transport
+    /// (most of the time: a crash can also be silent).
+    fn notice_crash(&mut self, i: usize) {
+        for j in 0..self.nodes.len() {
+            if j == i || self.nodes[j].peer.is_none() || self.group[j] != self.group[i] {
+                continue;
+            }
+            if self.rng.random_bool(self.opts.disconnect_notice) {
+                self.schedule_link_down(j, i);
+            }
+        }
     }
 
     fn partition(&mut self) -> Result<(), Violation> {

@@ -8,7 +8,7 @@
 //! `--trace LINES`.
 
 use rzk_quorum::core::TestBugs;
-use rzk_sim::{run, Options};
+use rzk_sim::{failover, run, Options};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -33,6 +33,10 @@ fn main() {
     if let Some(ms) = get("--fault-ms") {
         opts.fault_ms = ms;
     }
+    if args.iter().any(|a| a == "--no-disconnects") {
+        opts.disconnect_notice = 0.0;
+        opts.link_resets = false;
+    }
     let nodes = get("--nodes");
     if let Some(t) = get("--trace") {
         opts.trace_lines = t as usize;
@@ -44,6 +48,15 @@ fn main() {
     } else {
         get("--seeds").unwrap_or(1000)
     };
+    if let Some(kills) = get("--failover") {
+        opts.disconnect_notice = if args.iter().any(|a| a == "--no-disconnects") {
+            0.0
+        } else {
+            1.0
+        };
+        run_failovers(start, count, nodes, kills as usize, &mut opts);
+        return;
+    }
     let mut passed = 0u64;
     let mut failed = 0u64;
     let mut sim_ms = 0u64;
@@ -83,4 +96,25 @@ fn main() {
     if failed > 0 {
         std::process::exit(1);
     }
+}
+
+fn run_failovers(start: u64, count: u64, nodes: Option<u64>, kills: usize, opts: &mut Options) {
+    let mut times = Vec::new();
+    for seed in start..start + count {
+        opts.nodes = nodes.unwrap_or(if seed % 2 == 0 { 3 } else { 5 }) as usize;
+        match failover(seed, opts, kills) {
+            Ok(r) => times.extend(r.times_ms),
+            Err(f) => {
+                eprintln!("{f}");
+                std::process::exit(1);
+            }
+        }
+    }
+    times.sort_unstable();
+    println!(
+        "{} failovers in {count} seeds: p50 {} ms, max {} ms (simulated)",
+        times.len(),
+        times[times.len() / 2],
+        times[times.len() - 1]
+    );
 }

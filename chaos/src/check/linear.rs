@@ -658,10 +658,67 @@ pub struct KeyVerdict {
     pub window: Vec<usize>,
 }
 
+/// A cheap refutation tried before the full search, which is slow to refute
+/// a history with many open indeterminate writes: a read that began after an
+/// operation with a newer version completed. The window from that
+/// operation's completion to the read's is checked on its own; if it has no
+/// linearization, neither has the whole history (see [`KeyHistory::window`]).
+fn stale_read_window(key: &KeyHistory, budget: Budget) -> Option<Vec<usize>> {
+    let version_of = |op: &RegOp| match op {
+        RegOp::Read(s) | RegOp::WriteOk(s) => Some(s.version),
+        RegOp::CasOk { to, .. } => Some(to.version),
+        RegOp::WriteInfo(_) | RegOp::CasBadVersion { .. } | RegOp::CasInfo { .. } => None,
+    };
+    let mut done: Vec<(Time, i32)> = key
+        .ops
+        .iter()
+        .filter(|o| o.complete != NEVER)
+        .filter_map(|o| version_of(&o.op).map(|v| (o.complete, v)))
+        .collect();
+    done.sort_unstable();
+    // Newest version completed by each time, with the time it completed.
+    let mut newest: Vec<(Time, i32, Time)> = Vec::with_capacity(done.len());
+    for (t, v) in done {
+        match newest.last() {
+            Some(&(_, nv, nt)) if nv >= v => newest.push((t, nv, nt)),
+            _ => newest.push((t, v, t)),
+        }
+    }
+    let small = Budget {
+        time: budget.time.min(Duration::from_secs(5)),
+        ..budget
+    };
+    for o in &key.ops {
+        let RegOp::Read(s) = o.op else { continue };
+        let idx = newest.partition_point(|&(t, _, _)| t < o.invoke);
+        let Some(&(_, v, since)) = idx.checked_sub(1).and_then(|i| newest.get(i)) else {
+            continue;
+        };
+        if v <= s.version {
+            continue;
+        }
+        let window = key.window(since, o.complete);
+        if check(&window, None, small) == Verdict::NotLinearizable {
+            let mut ids: Vec<usize> = window.iter().map(|t| t.index).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            return Some(ids);
+        }
+    }
+    None
+}
+
 /// Checks a key's history; when it is not linearizable, narrows it to a short
 /// window that is not linearizable on its own (the smallest end time, then the
-/// latest start time, each by binary search over completion times).
+/// latest start time, each by binary search over completion times), within a
+/// second time budget; the whole history is the window if that runs out first.
 pub fn check_key(key: &KeyHistory, budget: Budget) -> KeyVerdict {
+    if let Some(window) = stale_read_window(key, budget) {
+        return KeyVerdict {
+            verdict: Verdict::NotLinearizable,
+            window,
+        };
+    }
     let verdict = check(&key.ops, Some(KeyHistory::initial_state()), budget);
     if verdict != Verdict::NotLinearizable {
         return KeyVerdict {
@@ -681,8 +738,19 @@ pub fn check_key(key: &KeyHistory, budget: Budget) -> KeyVerdict {
     // indeterminate ops) at the last invocation.
     let last = key.ops.iter().map(|o| o.invoke).max().unwrap_or(0);
     ends.push(last.max(ends.last().copied().unwrap_or(0)));
+    // Narrowing shares one time budget with the search: once it is spent, a
+    // window counts as "not shown bad", so the narrowing stops where it got.
+    let deadline = Instant::now() + budget.time;
     let bad = |from: Time, to: Time, init: Option<RegState>| {
-        check(&key.window(from, to), init, budget) == Verdict::NotLinearizable
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let b = Budget {
+            time: left,
+            ..budget
+        };
+        check(&key.window(from, to), init, b) == Verdict::NotLinearizable
     };
     // Smallest end: prefixes start at the known initial state.
     let (mut lo, mut hi) = (0usize, ends.len() - 1);

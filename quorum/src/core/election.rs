@@ -2,8 +2,12 @@
 
 use std::collections::BTreeMap;
 
+use rzk_zxid::Epoch;
+
 use super::{leader, learner, Peer, State, Tick};
-use crate::message::{Message, Notification, PeerState, Vote};
+use crate::message::{
+    LearnerKind, Message, Notification, PeerState, RejectReason, SessionId, SessionMsg, Vote,
+};
 use crate::PeerId;
 
 /// The state of a LOOKING peer.
@@ -21,6 +25,12 @@ pub struct Election {
     interval: u64,
     /// The end of the finalize wait, once a quorum agrees with `vote`.
     decide_at: Option<Tick>,
+    /// FOLLOWERINFOs that arrived while this peer was still deciding (a peer
+    /// that decided a moment earlier that this one leads), newest per peer.
+    /// Taken up if this peer decides to lead, refused if it decides to follow,
+    /// so a learner does not go back to election for having been one message
+    /// early.
+    parked: BTreeMap<PeerId, (SessionId, LearnerKind, Epoch)>,
 }
 
 impl Election {
@@ -36,6 +46,7 @@ impl Election {
             next_send: Tick(0),
             interval: 0,
             decide_at: None,
+            parked: BTreeMap::new(),
         }
     }
 }
@@ -138,7 +149,20 @@ impl Peer {
 
     pub(super) fn on_notification(&mut self, from: PeerId, n: Notification) {
         if !self.is_voter(n.vote.leader) {
+            self.refuse(
+                from,
+                "NOTIFICATION",
+                super::Refusal::UnknownVoter(n.vote.leader),
+            );
             return;
+        }
+        if n.state == PeerState::Looking && self.discovery_lost_to(&n) {
+            // A leader still gathering its first quorum hears a voter that is
+            // in a later election round, or that holds out for a more recent
+            // history: the peers it waits for may never come. Joining the
+            // election now beats waiting out `init_limit` (a split decided at
+            // the end of a round, seen in simulation).
+            self.go_looking();
         }
         if !matches!(self.state, State::Looking(_)) {
             // §2.6: a peer that is not looking answers a looking one with its
@@ -156,7 +180,21 @@ impl Peer {
         }
     }
 
+    /// Whether this peer leads, is still in discovery, and `n` (a looking
+    /// voter's notification) shows that voter will not follow it.
+    fn discovery_lost_to(&self, n: &Notification) -> bool {
+        let State::Leading(l) = &self.state else {
+            return false;
+        };
+        let history = |v: &Vote| (v.peer_epoch, v.zxid);
+        l.in_discovery()
+            && (n.round > self.round
+                || (n.round == self.round && history(&n.vote) > history(&l.vote)))
+    }
+
     fn on_looking_notification(&mut self, from: PeerId, mut n: Notification) {
+        // A looking peer follows no one: a FOLLOWERINFO it parked here is void.
+        self.election().parked.remove(&from);
         let mine = self.initial_vote();
         // I1: a vote for this peer is re-stated from its durable state. Another
         // peer may still carry a vote for us from an earlier incarnation, with a
@@ -195,21 +233,100 @@ impl Peer {
     }
 
     fn check_decision(&mut self) {
+        if self.led_by_parked_quorum() {
+            return;
+        }
         let quorum = self.cfg.quorum();
         let now = self.now;
         let wait = self.cfg.finalize_wait;
+        let voters = self.cfg.voters.clone();
+        let down = self.links_down.clone();
         let e = self.election();
         let agree = e.recv.values().filter(|v| **v == e.vote).count();
-        if agree >= quorum {
-            if e.decide_at.is_none() {
-                e.decide_at = Some(now.after(wait));
-            }
-        } else {
+        if agree < quorum {
             e.decide_at = None;
+            return;
         }
-        if wait == 0 {
+        // The finalize wait gives a better vote time to arrive. When every voter
+        // that can still answer has answered with this very vote, none can: the
+        // rest are peers whose connection is known to be gone (a leader that
+        // just died). Deciding now saves the wait (§2.5's finalizeWait exists
+        // for votes still in flight, and there are none).
+        let settled = voters
+            .iter()
+            .all(|p| e.recv.get(p) == Some(&e.vote) || down.contains(p));
+        if settled {
+            e.decide_at = Some(now);
+        } else if e.decide_at.is_none() {
+            e.decide_at = Some(now.after(wait));
+        }
+        if wait == 0 || settled {
             self.try_decide();
         }
+    }
+
+    /// Leads at once if a quorum (this peer included) already decided to follow
+    /// it (their FOLLOWERINFOs are parked here) and its own durable history is
+    /// at least as recent as the one it votes for. Votes can change after
+    /// others decided, when a write in flight becomes durable and a server id
+    /// breaks the tie the other way; without this, the learners that decided
+    /// wait for `init_limit` (seen in simulation). Safety does not rest on
+    /// the vote: discovery refuses a learner ahead of its leader.
+    fn led_by_parked_quorum(&mut self) -> bool {
+        let quorum = self.cfg.quorum();
+        let mine = self.initial_vote();
+        let voters = self.cfg.voters.clone();
+        let e = self.election();
+        let committed = 1 + e.parked.keys().filter(|p| voters.contains(p)).count();
+        let history = |v: &Vote| (v.peer_epoch, v.zxid);
+        if committed < quorum || history(&mine) < history(&e.vote) {
+            return false;
+        }
+        self.decide(mine);
+        true
+    }
+
+    /// A session message while looking: only a FOLLOWERINFO can be meant for
+    /// this peer (a learner that decided a moment earlier that this peer leads).
+    /// It is parked until this peer decides.
+    pub(super) fn election_on_session(
+        &mut self,
+        from: PeerId,
+        session: SessionId,
+        seq: u64,
+        msg: SessionMsg,
+    ) {
+        let SessionMsg::FollowerInfo {
+            kind,
+            accepted_epoch,
+        } = msg
+        else {
+            self.refuse_stale(from, session, &msg);
+            return;
+        };
+        if seq != 0 {
+            self.refuse(
+                from,
+                "FOLLOWERINFO",
+                super::Refusal::OutOfOrder {
+                    expected: 0,
+                    got: seq,
+                },
+            );
+            return;
+        }
+        self.election()
+            .parked
+            .insert(from, (session, kind, accepted_epoch));
+        self.check_decision();
+    }
+
+    /// A lost connection while looking: that peer's parked FOLLOWERINFO is
+    /// void (its learner leaves on the same event), and the decision may no
+    /// longer need to wait for its vote.
+    pub(super) fn election_on_disconnected(&mut self, peer: PeerId) {
+        self.election().parked.remove(&peer);
+        self.check_decision();
     }
 
     fn try_decide(&mut self) {
@@ -235,6 +352,24 @@ impl Peer {
             && e.out_of_election
                 .get(&n.vote.leader)
                 .is_some_and(|(st, v)| *st == PeerState::Leading && same(v));
+        let history = |v: &Vote| (v.peer_epoch, v.zxid);
+        if n.round == round
+            && n.state == PeerState::Leading
+            && n.vote.leader == from
+            && n.vote.leader != me
+            && e.vote != n.vote
+            && history(&n.vote) >= history(&e.vote)
+        {
+            // A peer of this round already leads with a history at least as
+            // recent as the one this peer votes for: following it is as good
+            // (the server id only breaks ties), and holding out would split
+            // the round until the leader's `init_limit` (seen in simulation).
+            e.vote = n.vote;
+            e.decide_at = None;
+            e.recv.insert(me, n.vote);
+            self.broadcast_notification();
+        }
+        let e = self.election();
         if n.round == round {
             e.recv.insert(from, n.vote);
             let agree = e.recv.values().filter(|v| same(v)).count();
@@ -282,11 +417,30 @@ impl Peer {
     }
 
     fn decide(&mut self, vote: Vote) {
+        let parked = std::mem::take(&mut self.election().parked);
         if vote.leader == self.cfg.id {
             let l = leader::Leader::new(self, vote);
             self.state = State::Leading(Box::new(l));
             self.leader_start();
+            for (from, (session, kind, accepted)) in parked {
+                if matches!(self.state, State::Leading(_)) {
+                    self.leader_on_follower_info(from, session, kind, accepted);
+                }
+            }
         } else {
+            for (from, (session, _, _)) in parked {
+                let msg = SessionMsg::Reject {
+                    reason: RejectReason::NotLeading,
+                };
+                self.send(
+                    from,
+                    Message::Session {
+                        session,
+                        seq: 0,
+                        msg,
+                    },
+                );
+            }
             let f = learner::Learner::new(self, vote);
             self.state = State::Following(Box::new(f));
             self.learner_start();

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rzk_zxid::{Epoch, Next, Zxid};
 
-use super::{Output, Peer, State, Tick};
+use super::{Output, Peer, Refusal, State, Tick};
 use crate::message::{Entry, LearnerKind, Message, RejectReason, SessionId, SessionMsg, Vote};
 use crate::{PeerId, ReplicateError, Role};
 
@@ -122,6 +122,11 @@ impl Leader {
         self.phase == Phase::Broadcast
     }
 
+    /// Still collecting the FOLLOWERINFOs that choose the epoch.
+    pub(crate) fn in_discovery(&self) -> bool {
+        self.phase == Phase::Discovery
+    }
+
     pub(crate) fn describe(&self) -> String {
         format!(
             "leading({:?}, epoch {}, est {:?}, learners {:?}, commit {}, proposed {})",
@@ -188,6 +193,16 @@ impl Peer {
         self.ld().learners.remove(&id);
     }
 
+    /// Refuses a learner's message and ends its session (I7).
+    fn refuse_learner(&mut self, id: PeerId, msg: &'static str, why: Refusal) {
+        let reject = match why {
+            Refusal::AheadOfLeader => RejectReason::AheadOfLeader,
+            _ => RejectReason::Protocol,
+        };
+        self.refuse(id, msg, why);
+        self.drop_learner(id, reject);
+    }
+
     pub(super) fn leader_start(&mut self) {
         let (me, accepted) = (self.cfg.id, self.durable.epochs.accepted);
         self.ld().connecting.insert(me, accepted);
@@ -201,6 +216,7 @@ impl Peer {
         seq: u64,
         msg: SessionMsg,
     ) {
+        let name = msg.name();
         if let SessionMsg::FollowerInfo {
             kind,
             accepted_epoch,
@@ -208,18 +224,28 @@ impl Peer {
         {
             if seq == 0 {
                 self.leader_on_follower_info(from, session, kind, accepted_epoch);
+            } else {
+                let why = Refusal::OutOfOrder {
+                    expected: 0,
+                    got: seq,
+                };
+                self.refuse(from, name, why);
             }
             return;
         }
         let now = self.now;
-        let Some(h) = self.ld().learners.get_mut(&from) else {
-            return;
-        };
-        if h.session != session {
+        let current = self.ld_ref().learners.get(&from).map(|h| h.session);
+        if current != Some(session) {
+            self.refuse_stale(from, session, &msg);
             return;
         }
+        let h = self.ld().learners.get_mut(&from).expect("checked above");
         if seq != h.seq_in {
-            self.drop_learner(from, RejectReason::Protocol);
+            let why = Refusal::OutOfOrder {
+                expected: h.seq_in,
+                got: seq,
+            };
+            self.refuse_learner(from, name, why);
             return;
         }
         h.seq_in += 1;
@@ -252,11 +278,11 @@ impl Peer {
             | SessionMsg::Inform { .. }
             | SessionMsg::Ping { .. }
             | SessionMsg::SyncReply { .. }
-            | SessionMsg::Reject { .. } => self.drop_learner(from, RejectReason::Protocol),
+            | SessionMsg::Reject { .. } => self.refuse_learner(from, name, Refusal::Unexpected),
         }
     }
 
-    fn leader_on_follower_info(
+    pub(super) fn leader_on_follower_info(
         &mut self,
         from: PeerId,
         session: SessionId,
@@ -416,14 +442,14 @@ impl Peer {
             return;
         };
         if h.phase != HPhase::EpochSent {
-            self.drop_learner(from, RejectReason::Protocol);
+            self.refuse_learner(from, "ACKEPOCH", Refusal::Unexpected);
             return;
         }
         // §3.3: a learner more recent than the leader is refused. It cannot hold a
         // committed transaction the leader lacks (the quorums intersect), but it
         // must not be synchronised from a history shorter than its own claim.
         if l.phase < Phase::Syncing && (current, last) > l.summary {
-            self.drop_learner(from, RejectReason::AheadOfLeader);
+            self.refuse_learner(from, "ACKEPOCH", Refusal::AheadOfLeader);
             return;
         }
         h.phase = HPhase::EpochAcked;
@@ -439,7 +465,7 @@ impl Peer {
             Phase::CurrentPersisting => {}
             Phase::Syncing | Phase::Broadcast => self.leader_sync_learner(from),
             Phase::Discovery | Phase::EpochPersisting => {
-                self.drop_learner(from, RejectReason::Protocol)
+                self.refuse_learner(from, "ACKEPOCH", Refusal::Unexpected)
             }
         }
     }
@@ -582,7 +608,15 @@ impl Peer {
         };
         // Matched by epoch, not by position (ZOOKEEPER-4685).
         if h.phase != HPhase::Synced || epoch != h.offered {
-            self.drop_learner(from, RejectReason::Protocol);
+            let why = if epoch != h.offered {
+                Refusal::WrongEpoch {
+                    epoch,
+                    expected: h.offered,
+                }
+            } else {
+                Refusal::Unexpected
+            };
+            self.refuse_learner(from, "ACKNEWLEADER", why);
             return;
         }
         h.phase = HPhase::NewLeaderAcked;
@@ -603,7 +637,9 @@ impl Peer {
             Phase::Discovery
             | Phase::EpochPersisting
             | Phase::AckEpochs
-            | Phase::CurrentPersisting => self.drop_learner(from, RejectReason::Protocol),
+            | Phase::CurrentPersisting => {
+                self.refuse_learner(from, "ACKNEWLEADER", Refusal::Unexpected)
+            }
         }
     }
 
@@ -644,12 +680,14 @@ impl Peer {
         }
         self.raise_commit_known(last);
         self.apply_enabled = true;
+        // The initial history first, then the role: the state machine is
+        // current when it learns it may serve (`Committed::Role`).
+        self.advance_apply();
         self.out.push(Output::RoleChanged {
             role: Role::Leader,
             leader: Some(self.cfg.id),
             epoch,
         });
-        self.advance_apply();
     }
 
     /// The zxid for the next proposal, rolling over to the next epoch (counter 1)
@@ -720,7 +758,12 @@ impl Peer {
             return;
         };
         if h.phase < HPhase::NewLeaderAcked || upto > stream_last {
-            self.drop_learner(from, RejectReason::Protocol);
+            let why = if upto > stream_last {
+                Refusal::Inconsistent { zxid: upto }
+            } else {
+                Refusal::Unexpected
+            };
+            self.refuse_learner(from, "ACK", why);
             return;
         }
         h.acked = h.acked.max(upto);
@@ -765,8 +808,8 @@ impl Peer {
             self.send_learner(id, SessionMsg::Commit { upto: candidate });
         }
         self.raise_commit_known(candidate);
-        self.leader_note_rollovers(old, candidate);
         self.advance_apply();
+        self.leader_note_rollovers(old, candidate);
         self.leader_check_syncs();
     }
 
@@ -829,7 +872,7 @@ impl Peer {
                 .get(&from)
                 .is_some_and(|h| h.phase == HPhase::UpToDate);
         if !ok {
-            self.drop_learner(from, RejectReason::Protocol);
+            self.refuse_learner(from, "FORWARD", Refusal::Unexpected);
             return;
         }
         self.out.push(Output::Forwarded { from, payload });
@@ -843,7 +886,7 @@ impl Peer {
                 .get(&from)
                 .is_some_and(|h| h.phase == HPhase::UpToDate);
         if !ok {
-            self.drop_learner(from, RejectReason::Protocol);
+            self.refuse_learner(from, "SYNCREQ", Refusal::Unexpected);
             return;
         }
         let ping = self.leader_start_ping_round();
@@ -919,10 +962,36 @@ impl Peer {
         }
     }
 
+    /// The connection to `peer` is gone: its session cannot continue, so it is
+    /// dropped now rather than after `sync_limit` of silence (the REJECT is
+    /// queued for the transport's next connection, where it ends the learner's
+    /// session if the learner did not see the loss). A leader that no longer
+    /// has a quorum of synced voters steps down at once (§5.6).
+    pub(super) fn leader_on_disconnected(&mut self, peer: PeerId) {
+        if self.ld_ref().learners.contains_key(&peer) {
+            self.drop_learner(peer, RejectReason::Protocol);
+        }
+        if self.ld_ref().phase == Phase::Broadcast
+            && self.leader_synced_voters() < self.cfg.quorum()
+        {
+            self.go_looking();
+        }
+    }
+
+    /// Voters (this leader included) whose session is past the NEWLEADER ACK.
+    fn leader_synced_voters(&self) -> usize {
+        let voters = &self.cfg.voters;
+        1 + self
+            .ld_ref()
+            .learners
+            .iter()
+            .filter(|(id, h)| voters.contains(id) && h.phase >= HPhase::NewLeaderAcked)
+            .count()
+    }
+
     pub(super) fn leader_tick(&mut self) {
         let now = self.now;
         let quorum = self.cfg.quorum();
-        let voters = self.cfg.voters.clone();
         let (init_limit, sync_limit, ping_interval) = (
             self.cfg.init_limit,
             self.cfg.sync_limit,
@@ -949,18 +1018,10 @@ impl Peer {
         for id in silent {
             self.drop_learner(id, RejectReason::Protocol);
         }
-        let l = self.ld_ref();
-        if l.phase == Phase::Broadcast {
-            let synced = 1 + l
-                .learners
-                .iter()
-                .filter(|(id, h)| voters.contains(id) && h.phase >= HPhase::NewLeaderAcked)
-                .count();
-            if synced < quorum {
-                // §5.6: a leader that cannot hear a quorum steps down.
-                self.go_looking();
-                return;
-            }
+        if self.ld_ref().phase == Phase::Broadcast && self.leader_synced_voters() < quorum {
+            // §5.6: a leader that cannot hear a quorum steps down.
+            self.go_looking();
+            return;
         }
         if now >= self.ld_ref().next_ping {
             self.ld().next_ping = now.after(ping_interval);

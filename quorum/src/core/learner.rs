@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use rzk_zxid::{Epoch, Zxid};
 
-use super::{Effect, Output, Peer, State, StorageCmd, SyncMode, Tick};
+use super::{Effect, Output, Peer, Refusal, State, StorageCmd, SyncMode, Tick};
 use crate::message::{Entry, LearnerKind, Message, SessionId, SessionMsg, Vote};
 use crate::{PeerId, ReplicateError, Role};
 
@@ -141,8 +141,11 @@ impl Peer {
     }
 
     /// Ends the session on a protocol violation: the learner never skips or
-    /// patches, it goes back to election and resynchronises.
-    fn learner_protocol_error(&mut self) {
+    /// patches, it goes back to election and resynchronises (I7: the refusal
+    /// is reported, naming the leader).
+    fn learner_protocol_error(&mut self, msg: &'static str, why: Refusal) {
+        let leader = self.fl_ref().leader;
+        self.refuse(leader, msg, why);
         self.go_looking();
     }
 
@@ -154,12 +157,18 @@ impl Peer {
         msg: SessionMsg,
     ) {
         let now = self.now;
+        let name = msg.name();
         let f = self.fl();
         if from != f.leader || session != f.session {
+            self.refuse_stale(from, session, &msg);
             return;
         }
         if seq != f.seq_in {
-            self.learner_protocol_error();
+            let why = Refusal::OutOfOrder {
+                expected: f.seq_in,
+                got: seq,
+            };
+            self.learner_protocol_error(name, why);
             return;
         }
         f.seq_in += 1;
@@ -208,7 +217,7 @@ impl Peer {
             | SessionMsg::Inform { .. }
             | SessionMsg::Pong { .. }
             | SessionMsg::SyncRequest { .. }
-            | SessionMsg::Forward { .. } => self.learner_protocol_error(),
+            | SessionMsg::Forward { .. } => self.learner_protocol_error(name, Refusal::Unexpected),
         }
     }
 
@@ -221,7 +230,13 @@ impl Peer {
         // both count this peer for one epoch.
         let same_epoch_ok = ep.accepted_from == Some(leader) || established;
         if epoch < ep.accepted || (epoch == ep.accepted && !same_epoch_ok) {
-            self.go_looking();
+            // An offer of an old epoch (or of this one from a leader it was not
+            // promised to and that is not established).
+            let why = Refusal::WrongEpoch {
+                epoch,
+                expected: ep.accepted.max(epoch.next().unwrap_or(epoch)),
+            };
+            self.learner_protocol_error("LEADERINFO", why);
             return;
         }
         self.fl().epoch = epoch;
@@ -308,7 +323,7 @@ impl Peer {
                 // A TRUNC below what is known committed, or outside the log, is a
                 // broken leader or stream: refuse it (CommittedLogDurability).
                 if to < self.commit_known || to > self.written_last() || !in_log {
-                    self.learner_protocol_error();
+                    self.learner_protocol_error("TRUNC", Refusal::Inconsistent { zxid: to });
                     return;
                 }
                 self.issue(
@@ -338,6 +353,13 @@ impl Peer {
                     },
                     Effect::Snapshot { zxid, data },
                 );
+                // A snapshot holds committed history only, so it holds the
+                // initial history of its own epoch: currentEpoch may rise to
+                // it once it is durable (storage runs in order). Left behind, a
+                // peer holding committed txns of that epoch would lose votes to
+                // a peer of that epoch with fewer of them, which would then cut
+                // them away (found in simulation: a SNAP past a rollover).
+                self.raise_current_to_snapshot(zxid);
                 self.log.clear();
                 self.log_base = zxid;
                 self.gate = None;
@@ -358,7 +380,7 @@ impl Peer {
             // ZOOKEEPER-4925: a proposal that does not follow the previous one ends
             // the session.
             if !e.zxid.is_next(last) {
-                self.learner_protocol_error();
+                self.learner_protocol_error("PROPOSAL", Refusal::Inconsistent { zxid: e.zxid });
                 return;
             }
             last = e.zxid;
@@ -374,7 +396,7 @@ impl Peer {
 
     fn learner_on_commit(&mut self, upto: Zxid) {
         if upto > self.fl_ref().last_received {
-            self.learner_protocol_error();
+            self.learner_protocol_error("COMMIT", Refusal::Inconsistent { zxid: upto });
             return;
         }
         self.raise_commit_known(upto);
@@ -383,7 +405,8 @@ impl Peer {
 
     fn learner_on_new_leader(&mut self, epoch: Epoch) {
         if epoch != self.fl_ref().epoch {
-            self.learner_protocol_error();
+            let expected = self.fl_ref().epoch;
+            self.learner_protocol_error("NEWLEADER", Refusal::WrongEpoch { epoch, expected });
             return;
         }
         let buffer = std::mem::take(&mut self.fl().buffer);
@@ -439,7 +462,8 @@ impl Peer {
 
     fn learner_on_up_to_date(&mut self, committed: Zxid) {
         if committed > self.fl_ref().last_received {
-            self.learner_protocol_error();
+            let why = Refusal::Inconsistent { zxid: committed };
+            self.learner_protocol_error("UPTODATE", why);
             return;
         }
         self.raise_commit_known(committed);
@@ -447,12 +471,13 @@ impl Peer {
         f.phase = Phase::UpToDate;
         let (leader, epoch) = (f.leader, f.epoch);
         self.apply_enabled = true;
+        // The synced history first, then the role (see `leader_establish`).
+        self.advance_apply();
         self.out.push(Output::RoleChanged {
             role: Role::Follower,
             leader: Some(leader),
             epoch,
         });
-        self.advance_apply();
     }
 
     pub(super) fn learner_tick(&mut self) {

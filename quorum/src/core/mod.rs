@@ -28,12 +28,12 @@ mod election;
 mod leader;
 mod learner;
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 use rzk_zxid::{CounterLimit, Epoch, Zxid};
 
-use crate::message::{Entry, Message, SessionMsg};
+use crate::message::{Entry, Message, SessionId, SessionMsg};
 use crate::{PeerId, ReplicateError, Role};
 
 pub use election::Election;
@@ -228,6 +228,15 @@ pub enum Input {
         /// The highest completed command.
         op: OpId,
     },
+    /// The transport lost its connection to `peer` (a closed or reset stream):
+    /// whatever was in flight on it may be lost, and nothing more arrives on
+    /// it. A learner leaves a leader it can no longer hear at once, as
+    /// ZooKeeper's learners do on a socket error; a leader drops that learner.
+    /// Timeouts (`sync_limit`, `init_limit`) remain for silent failures only.
+    PeerDisconnected {
+        /// The peer whose connection ended.
+        peer: PeerId,
+    },
     /// A message for the leader's state machine ([`crate::Replicator::forward`]).
     /// A learner sends it on its session once it is up to date; the leader hands
     /// its own straight back as [`Output::Forwarded`]; any other peer drops it.
@@ -304,8 +313,21 @@ pub enum Output {
         /// The message.
         payload: Bytes,
     },
+    /// A message from `peer` was refused (dropped, or it ended its session).
+    /// Nothing else follows from it; the driver logs it, naming the peer (I7).
+    Refused {
+        /// The sender.
+        peer: PeerId,
+        /// The message's name ([`SessionMsg::name`], or `NOTIFICATION`).
+        msg: &'static str,
+        /// Why.
+        reason: Refusal,
+    },
     /// The peer's role changed. A change to `Looking` fails every outstanding
-    /// proposal (it may still commit under a new leader).
+    /// proposal (it may still commit under a new leader). A change to leader
+    /// or follower comes after the [`Output::Apply`] of every entry known
+    /// committed at that point, so the state machine is current when it learns
+    /// it may serve.
     RoleChanged {
         /// The new role.
         role: Role,
@@ -314,6 +336,70 @@ pub enum Output {
         /// The established epoch (for `Looking`, the current epoch).
         epoch: Epoch,
     },
+}
+
+/// Why a message from a peer was refused ([`Output::Refused`]). I7: bad input
+/// from a peer is dropped or ends its session, never trusted, and the driver
+/// logs it naming the peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// It belongs to a session this peer does not have: a closed one, or the
+    /// session of a deposed leader (a message of an old epoch). Reported once
+    /// per session.
+    StaleSession(SessionId),
+    /// Not the next message of its session (a gap, a duplicate, a reordering):
+    /// the session ends.
+    OutOfOrder {
+        /// The sequence number expected.
+        expected: u64,
+        /// The one received.
+        got: u64,
+    },
+    /// Not valid in the session's phase or for this peer's role: the session
+    /// ends.
+    Unexpected,
+    /// An epoch other than the one it must carry (an offer below this peer's
+    /// acceptedEpoch, or an acknowledgement of another epoch).
+    WrongEpoch {
+        /// The epoch in the message.
+        epoch: Epoch,
+        /// The epoch required.
+        expected: Epoch,
+    },
+    /// The learner's history is more recent than this leader's (§3.3).
+    AheadOfLeader,
+    /// It claims history the stream never carried, breaks contiguity, or cuts
+    /// below what is known committed.
+    Inconsistent {
+        /// The zxid it names.
+        zxid: Zxid,
+    },
+    /// A vote for a server that is not a voter.
+    UnknownVoter(PeerId),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::StaleSession(s) => write!(
+                f,
+                "session {:#x} is not a current session (closed, or a deposed leader's)",
+                s.0
+            ),
+            Refusal::OutOfOrder { expected, got } => {
+                write!(f, "message {got} of its session, expected {expected}")
+            }
+            Refusal::Unexpected => write!(f, "not valid in this phase or role"),
+            Refusal::WrongEpoch { epoch, expected } => {
+                write!(f, "epoch {epoch}, expected {expected}")
+            }
+            Refusal::AheadOfLeader => write!(f, "the learner is ahead of this leader"),
+            Refusal::Inconsistent { zxid } => {
+                write!(f, "{zxid} does not fit the session's stream")
+            }
+            Refusal::UnknownVoter(p) => write!(f, "a vote for server {}, not a voter", p.0),
+        }
+    }
 }
 
 /// Why a peer could not start.
@@ -408,6 +494,12 @@ pub struct Peer {
     /// Learner synchronisations started, by mode: DIFF, TRUNC, SNAP.
     sync_counts: [u64; 3],
     next_session: u64,
+    /// Peers whose connection the transport reported closed and that have not
+    /// been heard from since. An election does not wait for their votes.
+    links_down: BTreeSet<PeerId>,
+    /// The last stale session reported per peer: a deposed leader's queued
+    /// messages are reported once, not one line each.
+    stale_reported: BTreeMap<PeerId, SessionId>,
     /// Elections started since this peer began.
     elections: u64,
     state: State,
@@ -470,6 +562,8 @@ impl Peer {
             round: 0,
             sync_counts: [0; 3],
             next_session: 1,
+            links_down: BTreeSet::new(),
+            stale_reported: BTreeMap::new(),
             elections: 0,
             state: State::Looking(Election::placeholder()),
             snapshot: snapshot.clone(),
@@ -484,6 +578,9 @@ impl Peer {
             data: snapshot.1,
         });
         peer.recompute_gate();
+        // A SNAP install interrupted before its currentEpoch was written (see
+        // `raise_current_to_snapshot`) is completed here.
+        peer.raise_current_to_snapshot(snapshot.0);
         if rec.sync_in_progress {
             // The last sync was interrupted. Everything this peer will advertise
             // comes from the log just recovered (a prefix of that leader's
@@ -506,6 +603,7 @@ impl Peer {
             Input::Propose(proposals) => self.on_propose(proposals),
             Input::Sync { id } => self.on_sync(id),
             Input::StorageDone { op } => self.on_storage_done(op),
+            Input::PeerDisconnected { peer } => self.on_peer_disconnected(peer),
             Input::Forward(payload) => self.on_forward(payload),
             Input::SnapshotSaved { zxid, data } => self.on_snapshot_saved(zxid, data),
         }
@@ -614,6 +712,21 @@ impl Peer {
 
     fn send(&mut self, to: PeerId, msg: Message) {
         self.out.push(Output::Send { to, msg });
+    }
+
+    /// Reports a refused message (I7); stale sessions once per session.
+    fn refuse(&mut self, peer: PeerId, msg: &'static str, reason: Refusal) {
+        if let Refusal::StaleSession(session) = reason {
+            if self.stale_reported.insert(peer, session) == Some(session) {
+                return;
+            }
+        }
+        self.out.push(Output::Refused { peer, msg, reason });
+    }
+
+    /// A session message that no session of this peer can take.
+    fn refuse_stale(&mut self, peer: PeerId, session: SessionId, msg: &SessionMsg) {
+        self.refuse(peer, msg.name(), Refusal::StaleSession(session));
     }
 
     fn written_last(&self) -> Zxid {
@@ -803,6 +916,24 @@ impl Peer {
         self.save_epochs(ep, None);
     }
 
+    /// A durable snapshot at `zxid` (committed history) holds the initial
+    /// history of `zxid`'s epoch: currentEpoch rises to that epoch, never
+    /// before the snapshot is durable (this command follows its install).
+    fn raise_current_to_snapshot(&mut self, zxid: Zxid) {
+        let epoch = zxid.epoch();
+        if epoch <= self.written_epochs.current {
+            return;
+        }
+        let mut ep = self.written_epochs;
+        debug_assert!(
+            ep.accepted >= epoch,
+            "EpochFence: accepted before the install"
+        );
+        ep.accepted = ep.accepted.max(epoch);
+        ep.current = epoch;
+        self.save_epochs(ep, None);
+    }
+
     fn fence_owner(&self) -> PeerId {
         match &self.state {
             State::Following(f) => f.leader,
@@ -897,27 +1028,35 @@ impl Peer {
         if !self.is_voter(from) || from == self.cfg.id {
             return;
         }
+        // A message proves the link is up again.
+        self.links_down.remove(&from);
         match msg {
             Message::Notification(n) => self.on_notification(from, n),
             Message::Session { session, seq, msg } => match &self.state {
                 State::Leading(_) => self.leader_on_session(from, session, seq, msg),
                 State::Following(_) => self.learner_on_session(from, session, seq, msg),
-                State::Looking(_) => {
-                    if seq == 0 && matches!(msg, SessionMsg::FollowerInfo { .. }) {
-                        let reject = SessionMsg::Reject {
-                            reason: crate::message::RejectReason::NotLeading,
-                        };
-                        self.send(
-                            from,
-                            Message::Session {
-                                session,
-                                seq: 0,
-                                msg: reject,
-                            },
-                        );
-                    }
-                }
+                State::Looking(_) => self.election_on_session(from, session, seq, msg),
             },
+        }
+    }
+
+    fn on_peer_disconnected(&mut self, peer: PeerId) {
+        if !self.is_voter(peer) || peer == self.cfg.id {
+            return;
+        }
+        self.links_down.insert(peer);
+        match &self.state {
+            State::Looking(_) => self.election_on_disconnected(peer),
+            State::Leading(_) => self.leader_on_disconnected(peer),
+            State::Following(f) => {
+                if f.leader == peer {
+                    // The session's stream is gone: nothing more of it can
+                    // arrive, so waiting for `sync_limit` would only delay the
+                    // next election (ZooKeeper's learner leaves on the socket
+                    // error too).
+                    self.go_looking();
+                }
+            }
         }
     }
 

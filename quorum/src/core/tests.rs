@@ -57,8 +57,20 @@ fn note(from: u64, state: PeerState, leader: PeerId, epoch: u32) -> Input {
 /// the next tick.
 fn follower(cfg: Config, rec: Recovered) -> (Peer, SessionId) {
     let (mut p, _) = Peer::new(cfg, rec, Tick(0)).expect("starts");
-    p.step(Tick(1), note(2, PeerState::Leading, L, 1));
-    let out = p.step(Tick(1), note(3, PeerState::Following, L, 1));
+    // A peer whose own history is no more recent than the leader's adopts the
+    // leader's vote at its LEADING notification and follows at once; one with a
+    // longer log waits for a quorum of FOLLOWING notifications.
+    let mut out = p.step(Tick(1), note(2, PeerState::Leading, L, 1));
+    out.extend(p.step(Tick(1), note(3, PeerState::Following, L, 1)));
+    out.retain(|o| {
+        !matches!(
+            o,
+            Output::Send {
+                msg: Message::Notification(_),
+                ..
+            }
+        )
+    });
     let session = match out.as_slice() {
         [Output::Send {
             to,
@@ -235,13 +247,14 @@ fn newleader_ack_only_after_log_and_current_epoch_are_durable() {
     assert_eq!(
         out,
         vec![
+            Output::Apply(vec![entry(1, 1), entry(1, 2)]),
             Output::RoleChanged {
                 role: Role::Follower,
                 leader: Some(L),
                 epoch: Epoch(2),
             },
-            Output::Apply(vec![entry(1, 1), entry(1, 2)]),
-        ]
+        ],
+        "the synced history reaches the state machine before the role does"
     );
 }
 
@@ -560,5 +573,493 @@ fn recovery_refuses_a_log_with_a_gap() {
             prev: z(1, 1),
             next: z(1, 3)
         }
+    );
+}
+
+// ---- lost connections and the speed of an election --------------------------
+
+fn notification(state: PeerState, leader: u64, zxid: Zxid, round: u64) -> Message {
+    Message::Notification(Notification {
+        state,
+        vote: Vote {
+            leader: PeerId(leader),
+            zxid,
+            peer_epoch: Epoch(1),
+        },
+        round,
+    })
+}
+
+fn from(peer: u64, msg: Message) -> Input {
+    Input::Message {
+        from: PeerId(peer),
+        msg,
+    }
+}
+
+fn send(to: u64, msg: Message) -> Output {
+    Output::Send {
+        to: PeerId(to),
+        msg,
+    }
+}
+
+fn session(id: u64, seq: u64, msg: SessionMsg) -> Message {
+    Message::Session {
+        session: SessionId(id),
+        seq,
+        msg,
+    }
+}
+
+fn looking_vote(leader: u64) -> Message {
+    notification(PeerState::Looking, leader, Zxid::ZERO, 1)
+}
+
+fn follower_info(accepted: u32) -> SessionMsg {
+    SessionMsg::FollowerInfo {
+        kind: crate::message::LearnerKind::Participant,
+        accepted_epoch: Epoch(accepted),
+    }
+}
+
+/// Peer 1 leads peers 2 and 3 in epoch 2 (sessions 20 and 30), established.
+fn established_leader() -> Peer {
+    let (mut p, _) = Peer::new(cfg(1), recovered(vec![], 1, 1), Tick(0)).expect("starts");
+    p.step(Tick(1), from(2, looking_vote(1)));
+    assert_eq!(p.role(), Role::Looking, "leading, not yet established");
+    let out = p.step(Tick(2), from(2, session(20, 0, follower_info(1))));
+    let accepted = Epochs {
+        accepted: Epoch(2),
+        accepted_from: Some(PeerId(1)),
+        current: Epoch(1),
+    };
+    assert_eq!(out, vec![storage(1, StorageCmd::SaveEpochs(accepted))]);
+    p.step(Tick(3), from(3, session(30, 0, follower_info(1))));
+    let out = p.step(Tick(4), Input::StorageDone { op: OpId(1) });
+    let leader_info = SessionMsg::LeaderInfo {
+        epoch: Epoch(2),
+        established: false,
+    };
+    assert_eq!(
+        out,
+        vec![
+            send(2, session(20, 0, leader_info.clone())),
+            send(3, session(30, 0, leader_info)),
+        ]
+    );
+    let ack_epoch = SessionMsg::AckEpoch {
+        current_epoch: Epoch(1),
+        last_zxid: Zxid::ZERO,
+        epoch_ends: vec![Zxid::ZERO],
+    };
+    p.step(Tick(5), from(2, session(20, 1, ack_epoch.clone())));
+    p.step(Tick(5), from(3, session(30, 1, ack_epoch)));
+    p.step(Tick(6), Input::StorageDone { op: OpId(2) });
+    let ack = SessionMsg::AckNewLeader { epoch: Epoch(2) };
+    p.step(Tick(7), from(2, session(20, 2, ack.clone())));
+    p.step(Tick(7), from(3, session(30, 2, ack)));
+    assert_eq!(p.role(), Role::Leader);
+    p
+}
+
+#[test]
+fn leader_drops_a_learner_whose_connection_ends_and_steps_down_without_a_quorum() {
+    let mut p = established_leader();
+    let reject = SessionMsg::Reject {
+        reason: RejectReason::Protocol,
+    };
+    // LEADERINFO, DIFF, NEWLEADER and UPTODATE went out as 0-3 of each session.
+    let out = p.step(Tick(8), Input::PeerDisconnected { peer: PeerId(3) });
+    assert_eq!(
+        out,
+        vec![send(3, session(30, 4, reject.clone()))],
+        "dropped at once, not after sync_limit; 1 and 2 are still a quorum"
+    );
+    assert_eq!(p.role(), Role::Leader);
+    let out = p.step(Tick(9), Input::PeerDisconnected { peer: PeerId(2) });
+    assert_eq!(
+        out,
+        vec![
+            send(2, session(20, 4, reject)),
+            Output::RoleChanged {
+                role: Role::Looking,
+                leader: None,
+                epoch: Epoch(2),
+            },
+            // Round 2 of this peer's elections; its own vote, from its durable
+            // state (currentEpoch 2 now).
+            send(
+                2,
+                Message::Notification(Notification {
+                    state: PeerState::Looking,
+                    vote: Vote {
+                        leader: PeerId(1),
+                        zxid: Zxid::ZERO,
+                        peer_epoch: Epoch(2),
+                    },
+                    round: 2,
+                })
+            ),
+            send(
+                3,
+                Message::Notification(Notification {
+                    state: PeerState::Looking,
+                    vote: Vote {
+                        leader: PeerId(1),
+                        zxid: Zxid::ZERO,
+                        peer_epoch: Epoch(2),
+                    },
+                    round: 2,
+                })
+            ),
+        ],
+        "no quorum of synced voters is left: the leader steps down at once"
+    );
+}
+
+#[test]
+fn learner_leaves_its_leader_when_the_connection_ends() {
+    let (mut p, mut s) = synced_up_to_ackepoch(vec![entry(1, 1)], 2);
+    // Another peer's connection says nothing about this session.
+    let out = p.step(Tick(4), Input::PeerDisconnected { peer: PeerId(3) });
+    assert_eq!(out, vec![]);
+    p.step(
+        Tick(4),
+        s.msg(SessionMsg::Diff {
+            leader_last: z(1, 1),
+        }),
+    );
+    let out = p.step(Tick(5), Input::PeerDisconnected { peer: L });
+    let vote = |to| {
+        send(
+            to,
+            Message::Notification(Notification {
+                state: PeerState::Looking,
+                vote: Vote {
+                    leader: PeerId(1),
+                    zxid: z(1, 1),
+                    peer_epoch: Epoch(1),
+                },
+                round: 2,
+            }),
+        )
+    };
+    assert_eq!(
+        out,
+        vec![
+            Output::RoleChanged {
+                role: Role::Looking,
+                leader: None,
+                epoch: Epoch(1),
+            },
+            vote(2),
+            vote(3),
+        ],
+        "at once, not after sync_limit (the sync's writes stay in storage's hands)"
+    );
+}
+
+/// With the dead leader's connection known gone, the survivors decide as soon
+/// as every voter that can still answer agrees: no finalize wait.
+#[test]
+fn election_skips_the_finalize_wait_when_the_only_silent_voter_is_disconnected() {
+    let start = || {
+        let mut c = cfg(1);
+        c.finalize_wait = 200;
+        let (p, _) = Peer::new(c, recovered(vec![], 1, 1), Tick(0)).expect("starts");
+        p
+    };
+    let adopted = |to| send(to, looking_vote(2));
+    let info = send(2, session(1 << 0, 0, follower_info(1)));
+
+    let mut waits = start();
+    let out = waits.step(Tick(1), from(2, looking_vote(2)));
+    assert_eq!(out, vec![adopted(2), adopted(3)], "peer 3 may still answer");
+    assert_eq!(waits.step(Tick(199), Input::Tick), vec![]);
+    assert_eq!(waits.step(Tick(201), Input::Tick), vec![info.clone()]);
+
+    let mut fast = start();
+    assert_eq!(
+        fast.step(Tick(1), Input::PeerDisconnected { peer: PeerId(3) },),
+        vec![]
+    );
+    let out = fast.step(Tick(1), from(2, looking_vote(2)));
+    assert_eq!(out, vec![adopted(2), adopted(3), info]);
+
+    // A message from 3 shows its connection is back: the wait applies again.
+    let mut back = start();
+    back.step(Tick(1), Input::PeerDisconnected { peer: PeerId(3) });
+    back.step(Tick(1), from(3, looking_vote(1)));
+    let out = back.step(Tick(2), from(2, looking_vote(2)));
+    assert_eq!(out, vec![adopted(2), adopted(3)]);
+}
+
+/// A learner that decided a moment before the peer it chose is not turned
+/// away: its FOLLOWERINFO waits for that peer's decision.
+#[test]
+fn followerinfo_that_arrives_while_looking_is_taken_up_when_leading() {
+    let mut c = cfg(1);
+    c.finalize_wait = 200;
+    let (mut p, _) = Peer::new(c, recovered(vec![], 1, 1), Tick(0)).expect("starts");
+    // Peer 2 decided that 1 leads (its vote for 1 came first, FIFO).
+    let out = p.step(Tick(1), from(2, looking_vote(1)));
+    assert_eq!(out, vec![], "a quorum agrees; the finalize wait runs");
+    // Its FOLLOWERINFO: a quorum (1 and 2) is committed to 1 leading, and 1's
+    // own history is what it votes for, so it leads now and takes it up.
+    let out = p.step(Tick(2), from(2, session(20, 0, follower_info(1))));
+    assert_eq!(
+        out,
+        vec![storage(
+            1,
+            StorageCmd::SaveEpochs(Epochs {
+                accepted: Epoch(2),
+                accepted_from: Some(PeerId(1)),
+                current: Epoch(1),
+            })
+        )],
+        "discovery starts with 1 and 2 (the FOLLOWERINFO was not refused)"
+    );
+}
+
+#[test]
+fn followerinfo_parked_while_looking_is_refused_when_following_another() {
+    let mut c = cfg(1);
+    c.finalize_wait = 200;
+    let (mut p, _) = Peer::new(c, recovered(vec![], 1, 1), Tick(0)).expect("starts");
+    // Peer 2 thought 1 would lead; but 3 holds a longer history.
+    p.step(Tick(1), from(2, looking_vote(1)));
+    let better = |leader| notification(PeerState::Looking, leader, z(1, 1), 1);
+    let out = p.step(Tick(2), from(3, better(3)));
+    assert_eq!(out, vec![send(2, better(3)), send(3, better(3))]);
+    // 2's FOLLOWERINFO cannot make 1 lead: its history is behind its vote.
+    assert_eq!(
+        p.step(Tick(3), from(2, session(20, 0, follower_info(1)))),
+        vec![]
+    );
+    // The finalize wait ends (2 still votes for 1): 1 follows 3 and turns 2's
+    // FOLLOWERINFO away, so 2 looks again instead of waiting for init_limit.
+    let out = p.step(Tick(205), Input::Tick);
+    assert_eq!(
+        out,
+        vec![
+            send(
+                2,
+                session(
+                    20,
+                    0,
+                    SessionMsg::Reject {
+                        reason: RejectReason::NotLeading,
+                    }
+                )
+            ),
+            send(3, session(1, 0, follower_info(1))),
+        ]
+    );
+}
+
+/// Found in simulation (seed 572, 3 peers): a learner installed a SNAP whose
+/// snapshot lies past a rollover, in an epoch above the one its leader had
+/// offered; it kept the older currentEpoch while holding committed txns of the
+/// newer epoch, lost the next election to a peer of that epoch with fewer of
+/// them, and had them cut away (CommittedLogDurability).
+#[test]
+fn snap_past_a_rollover_raises_current_epoch_after_the_install() {
+    let (mut p, mut s) = synced_up_to_ackepoch(vec![], 2);
+    let data = Bytes::from_static(b"state");
+    let out = p.step(
+        Tick(4),
+        s.msg(SessionMsg::Snap {
+            zxid: z(3, 4),
+            data: data.clone(),
+        }),
+    );
+    let accepted = Epochs {
+        accepted: Epoch(3),
+        accepted_from: Some(L),
+        current: Epoch(1),
+    };
+    assert_eq!(
+        out,
+        vec![
+            storage(
+                2,
+                StorageCmd::BeginSync {
+                    mode: SyncMode::Snap,
+                    target: z(3, 4),
+                }
+            ),
+            storage(3, StorageCmd::SaveEpochs(accepted)),
+            storage(
+                4,
+                StorageCmd::InstallSnapshot {
+                    zxid: z(3, 4),
+                    data
+                }
+            ),
+            storage(
+                5,
+                StorageCmd::SaveEpochs(Epochs {
+                    current: Epoch(3),
+                    ..accepted
+                })
+            ),
+        ]
+    );
+}
+
+/// The same repair at start-up, for a SNAP install interrupted before its
+/// currentEpoch was written.
+#[test]
+fn recovered_snapshot_above_current_epoch_raises_it() {
+    let mut rec = recovered(vec![], 3, 1);
+    rec.snapshot = Some((z(3, 4), Bytes::from_static(b"state")));
+    let (_, out) = Peer::new(cfg(1), rec, Tick(0)).expect("starts");
+    assert_eq!(
+        out[1],
+        storage(
+            1,
+            StorageCmd::SaveEpochs(Epochs {
+                accepted: Epoch(3),
+                accepted_from: Some(L),
+                current: Epoch(3),
+            })
+        ),
+        "{out:?}"
+    );
+}
+
+// ---- bad input from peers (I7) ----------------------------------------------
+
+/// A deposed leader (an old epoch) keeps sending on its old session: the
+/// learner drops it, says so once per session, and applies nothing of it.
+#[test]
+fn a_deposed_leaders_messages_are_refused_once_per_session() {
+    let (mut p, _) = synced_up_to_ackepoch(vec![entry(1, 1)], 2);
+    let stale = |seq, msg| from(3, session(77, seq, msg));
+    let out = p.step(
+        Tick(4),
+        stale(
+            5,
+            SessionMsg::Proposal {
+                entries: vec![entry(1, 2)],
+            },
+        ),
+    );
+    assert_eq!(
+        out,
+        vec![Output::Refused {
+            peer: PeerId(3),
+            msg: "PROPOSAL",
+            reason: Refusal::StaleSession(SessionId(77)),
+        }]
+    );
+    assert_eq!(
+        p.step(Tick(4), stale(6, SessionMsg::Commit { upto: z(1, 2) })),
+        vec![],
+        "one report per session"
+    );
+    assert_eq!(p.role(), Role::Looking, "still syncing with its leader");
+    assert_eq!(p.commit_known(), Zxid::ZERO);
+}
+
+#[test]
+fn leaderinfo_of_an_epoch_below_the_accepted_one_is_refused() {
+    let (mut p, session) = follower(cfg(1), recovered(vec![], 3, 1));
+    let mut s = Stream { session, seq: 0 };
+    let out = p.step(
+        Tick(2),
+        s.msg(SessionMsg::LeaderInfo {
+            epoch: Epoch(2),
+            established: true,
+        }),
+    );
+    assert_eq!(
+        out[..2],
+        [
+            Output::Refused {
+                peer: L,
+                msg: "LEADERINFO",
+                reason: Refusal::WrongEpoch {
+                    epoch: Epoch(2),
+                    expected: Epoch(3),
+                },
+            },
+            Output::RoleChanged {
+                role: Role::Looking,
+                leader: None,
+                epoch: Epoch(1),
+            },
+        ],
+        "{out:?}"
+    );
+    assert!(
+        !out.iter().any(|o| matches!(o, Output::Storage { .. })),
+        "acceptedEpoch never goes back: {out:?}"
+    );
+}
+
+#[test]
+fn a_gap_in_a_learners_session_is_refused_and_ends_it() {
+    let mut p = established_leader();
+    let out = p.step(
+        Tick(8),
+        from(2, session(20, 9, SessionMsg::Ack { upto: Zxid::ZERO })),
+    );
+    assert_eq!(
+        out,
+        vec![
+            Output::Refused {
+                peer: PeerId(2),
+                msg: "ACK",
+                reason: Refusal::OutOfOrder {
+                    expected: 3,
+                    got: 9,
+                },
+            },
+            send(
+                2,
+                session(
+                    20,
+                    4,
+                    SessionMsg::Reject {
+                        reason: RejectReason::Protocol,
+                    }
+                )
+            ),
+        ]
+    );
+    assert_eq!(p.role(), Role::Leader, "1 and 3 are still a quorum");
+}
+
+#[test]
+fn an_ack_beyond_what_was_sent_is_refused() {
+    let mut p = established_leader();
+    let out = p.step(
+        Tick(8),
+        from(2, session(20, 3, SessionMsg::Ack { upto: z(2, 5) })),
+    );
+    assert_eq!(
+        out[0],
+        Output::Refused {
+            peer: PeerId(2),
+            msg: "ACK",
+            reason: Refusal::Inconsistent { zxid: z(2, 5) },
+        }
+    );
+    assert_eq!(p.commit_known(), Zxid::ZERO, "nothing commits on it");
+}
+
+#[test]
+fn a_vote_for_a_server_that_is_not_a_voter_is_refused() {
+    let (mut p, _) = Peer::new(cfg(1), recovered(vec![], 1, 1), Tick(0)).expect("starts");
+    let out = p.step(Tick(1), from(2, looking_vote(9)));
+    assert_eq!(
+        out,
+        vec![Output::Refused {
+            peer: PeerId(2),
+            msg: "NOTIFICATION",
+            reason: Refusal::UnknownVoter(PeerId(9)),
+        }]
     );
 }

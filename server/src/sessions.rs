@@ -1,0 +1,215 @@
+//! Sessions on this member: connects (a new session is a txn the leader
+//! proposes; a resumed one is checked against the replicated session table and
+//! announced to the leader), the connection a session is attached to here, and
+//! session ids.
+//!
+//! The session table itself is replicated: only apply adds or removes a
+//! session (`commit.rs`); expiry belongs to the leader (`leader.rs`).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rzk_wire::{ConnectRequest, Record};
+
+use crate::acl::AuthInfo;
+use crate::core::{
+    format_sid, now_ms, push_frame, Conn, ConnState, ConnStats, Core, HeldConnect, InFlight,
+    Serving,
+};
+use crate::forward::ForwardMsg;
+use crate::leader::Submit;
+use crate::outbox::Outbox;
+use crate::tree;
+use crate::watch::ConnId;
+
+/// Connections that may wait for this member to serve (recovering, electing).
+/// Beyond it new ones are closed at once, as ZooKeeper closes them all.
+pub(crate) const HELD_CONNECTS_MAX: usize = 10_000;
+
+impl Core {
+    fn negotiate(&self, requested: i32) -> i32 {
+        let min = self.cfg.server.min_session_timeout_ms as i32;
+        let max = self.cfg.server.max_session_timeout_ms as i32;
+        requested.clamp(min, max)
+    }
+
+    pub(crate) fn on_connect(
+        &mut self,
+        id: ConnId,
+        peer: SocketAddr,
+        auth: AuthInfo,
+        outbox: Arc<Outbox>,
+        req: ConnectRequest,
+    ) {
+        if self.shutting_down {
+            outbox.close_now();
+            return;
+        }
+        if self.serving == Serving::No {
+            // Recovering or electing: the client waits (its connect timeout
+            // bounds how long) and is served as soon as this member serves.
+            if self.held_connects.len() >= HELD_CONNECTS_MAX {
+                outbox.close_now();
+                return;
+            }
+            self.held_connects.push_back(HeldConnect {
+                conn: id,
+                peer,
+                auth,
+                outbox,
+                req,
+                backlog: Vec::new(),
+            });
+            return;
+        }
+        // doc §3.6: a client that has seen more than this server has applied
+        // must not go back in time here; it tries another member.
+        if req.last_zxid_seen > self.applied {
+            tracing::info!(
+                %peer,
+                client_last_zxid = %req.last_zxid_seen,
+                server_last_zxid = %self.applied,
+                "refusing a client that has seen a later zxid than this server"
+            );
+            outbox.close_now();
+            return;
+        }
+        let negotiated = self.negotiate(req.timeout_ms);
+        let mut conn = Conn {
+            outbox,
+            peer,
+            auth,
+            state: ConnState::Connecting,
+            backlog: VecDeque::new(),
+            queue: VecDeque::new(),
+            read_only_byte: req.read_only.is_some(),
+            established_ms: now_ms(),
+            stats: ConnStats::default(),
+        };
+        conn.stats.received = 1;
+        self.stats.packets_received += 1;
+        if req.session_id.0 == 0 {
+            let session = self.allocate_session_id();
+            let password: [u8; 16] = rand::random();
+            self.conns.insert(id, conn);
+            let request = self.take_request();
+            self.in_flight.insert(request, InFlight::Connect(id));
+            self.submit(
+                id,
+                Submit::CreateSession {
+                    request,
+                    session,
+                    timeout_ms: negotiated,
+                    password,
+                },
+            );
+            return;
+        }
+        self.resume(id, conn, &req, negotiated);
+    }
+
+    /// A client comes back with its session id and password.
+    fn resume(&mut self, id: ConnId, mut conn: Conn, req: &ConnectRequest, negotiated: i32) {
+        let sid = req.session_id.0;
+        // doc §3.5 step 1: any other connection of this session is closed
+        // first, even if the password turns out wrong.
+        if let Some(old) = self.sessions.get_mut(&sid).and_then(|s| s.conn.take()) {
+            if old != id {
+                if let Some(c) = self.conns.get_mut(&old) {
+                    c.state = ConnState::Closing;
+                    c.outbox.close_now();
+                }
+            }
+        }
+        let valid = self
+            .sessions
+            .get(&sid)
+            .is_some_and(|s| s.password[..] == req.passwd[..]);
+        if !valid {
+            tracing::info!(session = %format_sid(sid), peer = %conn.peer, "refusing to resume an expired session or a wrong password");
+            push_frame(&conn.outbox, |b| req.reject().encode(b));
+            conn.outbox.close_after_flush();
+            return;
+        }
+        let s = self.sessions.get_mut(&sid).expect("checked above");
+        s.conn = Some(id);
+        s.timeout_ms = negotiated;
+        let resp = req.accept(
+            negotiated,
+            rzk_wire::SessionId(sid),
+            Bytes::copy_from_slice(&s.password),
+        );
+        push_frame(&conn.outbox, |b| resp.encode(b));
+        conn.state = ConnState::Connected(sid);
+        conn.stats.sent += 1;
+        self.stats.packets_sent += 1;
+        tracing::info!(session = %format_sid(sid), peer = %conn.peer, timeout_ms = negotiated, "session resumed");
+        self.conns.insert(id, conn);
+        // The leader makes this member the session's owner (a write through
+        // another member's stale connection then gets SESSIONMOVED).
+        let me = self.cfg.server_id;
+        match self.leader.as_mut() {
+            Some(l) => l.attach(&self.sessions, sid, me),
+            None => self.forward(id, ForwardMsg::Attach { session: sid }),
+        }
+    }
+
+    fn allocate_session_id(&mut self) -> i64 {
+        loop {
+            let id = self.next_session_id;
+            self.next_session_id = self.next_session_id.wrapping_add(1);
+            // Keep ids positive and clear of the container/TTL owner encodings.
+            if id > 0 && !self.sessions.contains_key(&id) && tree::owner_is_session(id) {
+                return id;
+            }
+        }
+    }
+
+    pub(crate) fn on_closed(&mut self, id: ConnId) {
+        self.held_connects.retain(|h| h.conn != id);
+        let Some(conn) = self.conns.remove(&id) else {
+            return;
+        };
+        self.watches.remove_conn(id);
+        if let Some(sid) = conn.session() {
+            if let Some(s) = self.sessions.get_mut(&sid) {
+                if s.conn == Some(id) {
+                    s.conn = None;
+                }
+            }
+            tracing::debug!(session = %format_sid(sid), peer = %conn.peer, "connection closed");
+        }
+    }
+
+    /// The session created for connection `id` is applied: answer its
+    /// ConnectRequest and serve the requests that waited for it.
+    pub(crate) fn connected(&mut self, id: ConnId, sid: i64) {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let Some(s) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        s.conn = Some(id);
+        tracing::info!(session = %format_sid(sid), peer = %conn.peer, timeout_ms = s.timeout_ms, "session established");
+        // The ConnectResponse carries the readOnly byte exactly when the
+        // request did; the outbox encodes it as the codec would.
+        let resp = rzk_wire::ConnectResponse {
+            protocol_version: 0,
+            timeout_ms: s.timeout_ms,
+            session_id: rzk_wire::SessionId(sid),
+            passwd: Bytes::copy_from_slice(&s.password),
+            read_only: conn.read_only_byte.then_some(false),
+        };
+        push_frame(&conn.outbox, |b| resp.encode(b));
+        conn.stats.sent += 1;
+        self.stats.packets_sent += 1;
+        conn.state = ConnState::Connected(sid);
+        let backlog = std::mem::take(&mut conn.backlog);
+        for (req, permit) in backlog {
+            self.process(id, sid, req, permit);
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! One stats view: an owned snapshot of what the server knows about itself,
+//! taken by the core on request ([`crate::core::CoreMsg::Stats`]) and formatted
+//! by the four-letter words ([`crate::fourlw`]), the AdminServer and the
+//! Prometheus exporter. Nothing formats from the core's fields directly, so
+//! the three surfaces cannot disagree.
+//!
+//! The quorum part comes from the commit stream's last role item (whether and
+//! as what this member serves) and the replicator's `stats()` (the leader's
+//! learners, pending syncs).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rzk_quorum::Role;
+use rzk_zxid::Zxid;
+
+use crate::config::ServerConfig;
+use crate::core::{now_ms, Core};
+
+/// A latency distribution in milliseconds, since start or the last `srst`:
+/// count, sum, min, max and quantiles (hdrhistogram, 2 significant digits).
+#[derive(Clone, Debug)]
+pub(crate) struct Latency {
+    histogram: hdrhistogram::Histogram<u64>,
+    sum_ms: u64,
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Latency {
+            // Auto-resizing, so any value can be recorded.
+            histogram: hdrhistogram::Histogram::new(2).expect("2 significant digits is valid"),
+            sum_ms: 0,
+        }
+    }
+}
+
+impl Latency {
+    /// Records the time since `started`.
+    pub(crate) fn record_since(&mut self, started: Instant) {
+        self.record(started.elapsed());
+    }
+
+    pub(crate) fn record(&mut self, d: Duration) {
+        let ms = d.as_millis() as u64;
+        self.sum_ms += ms;
+        self.histogram.saturating_record(ms);
+    }
+
+    pub(crate) fn snapshot(&self) -> LatencySnapshot {
+        let h = &self.histogram;
+        let q = |x: f64| {
+            if h.is_empty() {
+                0
+            } else {
+                h.value_at_quantile(x)
+            }
+        };
+        LatencySnapshot {
+            count: h.len(),
+            sum_ms: self.sum_ms,
+            p50_ms: q(0.5),
+            p90_ms: q(0.9),
+            p99_ms: q(0.99),
+        }
+    }
+}
+
+/// A [`Latency`] as reported.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct LatencySnapshot {
+    pub count: u64,
+    pub sum_ms: u64,
+    pub p50_ms: u64,
+    pub p90_ms: u64,
+    pub p99_ms: u64,
+}
+
+/// The replication side of the snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct QuorumView {
+    /// What ZooKeeper's `server_state` says: `standalone` (no `server.N`
+    /// lines), else `leader`, `follower`, `observer` or `looking`.
+    pub state: &'static str,
+    /// The leader this member knows of.
+    pub leader: Option<u64>,
+    /// Voting members configured (`server.N` lines that are participants; 1
+    /// standalone).
+    pub quorum_size: usize,
+    /// Whether this member serves clients now (a current leader or follower).
+    pub serving: bool,
+    /// Leader only: learner sessions, voting followers, followers synced,
+    /// observers synced, syncs in progress.
+    pub learners: usize,
+    pub followers: usize,
+    pub synced_followers: usize,
+    pub synced_non_voting_followers: usize,
+    pub synced_observers: usize,
+    pub pending_syncs: usize,
+    /// The last applied zxid.
+    pub last_zxid: Zxid,
+}
+
+/// One client connection.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnView {
+    pub peer: std::net::SocketAddr,
+    pub session: Option<i64>,
+    pub session_timeout_ms: i32,
+    pub queued: usize,
+    pub received: u64,
+    pub sent: u64,
+    pub established_ms: i64,
+    pub last_op: &'static str,
+    pub last_cxid: i32,
+    pub last_zxid: i64,
+    /// Wall-clock ms of the last response, 0 if none.
+    pub last_response_ms: i64,
+    pub last_latency_ms: u64,
+    pub min_latency_ms: u64,
+    pub avg_latency_ms: u64,
+    pub max_latency_ms: u64,
+}
+
+/// The parts that grow with the data (watch lists, session lists,
+/// ephemerals, directory sizes), taken only when asked for.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Details {
+    /// Path → sessions watching it, by path.
+    pub watches_by_path: Vec<(String, Vec<i64>)>,
+    /// Session → paths it watches, by session.
+    pub watches_by_session: Vec<(i64, Vec<String>)>,
+    /// (session, timeout ms, wall-clock ms it expires at without traffic).
+    pub sessions: Vec<(i64, i32, i64)>,
+    /// Session → its ephemeral nodes, by session.
+    pub ephemerals: Vec<(i64, Vec<String>)>,
+    pub data_dir_bytes: u64,
+    pub data_log_dir_bytes: u64,
+}
+
+/// Everything the server reports about itself, at one instant.
+#[derive(Clone, Debug)]
+pub(crate) struct ServerStats {
+    pub version: String,
+    /// 0 standalone (as ZooKeeper's `conf` says), else `myid`.
+    pub server_id: u64,
+    pub config: ServerConfig,
+    pub quorum: QuorumView,
+    pub uptime_ms: u64,
+    pub node_count: usize,
+    pub approximate_data_size: u64,
+    pub ephemerals_count: usize,
+    pub watch_count: usize,
+    pub watched_paths: usize,
+    pub watching_connections: usize,
+    pub global_sessions: usize,
+    pub outstanding_requests: usize,
+    pub packets_received: u64,
+    pub packets_sent: u64,
+    pub min_latency_ms: u64,
+    pub avg_latency_ms: f64,
+    pub max_latency_ms: u64,
+    pub auth_failed: u64,
+    pub last_response_bytes: usize,
+    pub min_response_bytes: usize,
+    pub max_response_bytes: usize,
+    pub read_latency: LatencySnapshot,
+    pub update_latency: LatencySnapshot,
+    pub open_file_descriptors: usize,
+    pub max_file_descriptors: u64,
+    pub connections: Vec<ConnView>,
+    pub details: Option<Details>,
+}
+
+impl ServerStats {
+    /// `zk_server_state` / `Mode:`.
+    pub fn state(&self) -> &'static str {
+        self.quorum.state
+    }
+}
+
+/// The version string rzk reports where ZooKeeper reports its own: the
+/// protocol version it speaks, then rzk's.
+pub(crate) fn version() -> String {
+    format!("3.8.0-rzk-{}, built on rzk", env!("CARGO_PKG_VERSION"))
+}
+
+pub(crate) fn dir_size(p: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(p) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+fn max_fds() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn state_name(cfg: &ServerConfig, role: Role) -> &'static str {
+    if cfg.servers.is_empty() {
+        return "standalone";
+    }
+    match role {
+        Role::Leader => "leader",
+        Role::Follower => "follower",
+        Role::Observer => "observer",
+        Role::Looking => "looking",
+    }
+}
+
+impl Core {
+    /// The snapshot; `details` adds the parts that grow with the data.
+    pub(crate) fn stats_snapshot(&self, details: bool) -> ServerStats {
+        let cfg = &self.cfg.server;
+        let sid_of =
+            |c: crate::watch::ConnId| self.conns.get(&c).and_then(|c| c.session()).unwrap_or(0);
+        let mut connections: Vec<(crate::watch::ConnId, ConnView)> = self
+            .conns
+            .iter()
+            .map(|(id, c)| {
+                let s = &c.stats;
+                let session = c.session();
+                let view = ConnView {
+                    peer: c.peer,
+                    session,
+                    session_timeout_ms: session
+                        .and_then(|sid| self.sessions.get(&sid))
+                        .map_or(0, |x| x.timeout_ms),
+                    queued: c.queued(),
+                    received: s.received,
+                    sent: s.sent,
+                    established_ms: c.established_ms,
+                    last_op: if s.last_op.is_empty() {
+                        "NA"
+                    } else {
+                        s.last_op
+                    },
+                    last_cxid: s.last_cxid,
+                    last_zxid: s.last_zxid,
+                    last_response_ms: s
+                        .last_response
+                        .map_or(0, |t| now_ms() - t.elapsed().as_millis() as i64),
+                    last_latency_ms: s.last_latency_ms,
+                    min_latency_ms: s.min_latency_ms,
+                    avg_latency_ms: s.total_latency_ms.checked_div(s.replies).unwrap_or(0),
+                    max_latency_ms: s.max_latency_ms,
+                };
+                (*id, view)
+            })
+            .collect();
+        connections.sort_unstable_by_key(|(id, _)| *id);
+        let details = details.then(|| {
+            let mut by_path: Vec<(String, Vec<i64>)> = self
+                .watches
+                .by_path()
+                .map(|(p, conns)| (p.to_owned(), conns.into_iter().map(sid_of).collect()))
+                .collect();
+            by_path.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            let mut by_conn: Vec<(crate::watch::ConnId, Vec<String>)> = self
+                .watches
+                .by_conn()
+                .map(|(c, paths)| (c, paths.into_iter().map(str::to_owned).collect()))
+                .collect();
+            by_conn.sort_unstable_by_key(|(c, _)| *c);
+            let now = Instant::now();
+            let mut sessions: Vec<(i64, i32, i64)> = self
+                .sessions
+                .iter()
+                .map(|(id, s)| {
+                    let left = self
+                        .session_deadline(*id, s.timeout_ms)
+                        .saturating_duration_since(now)
+                        .as_millis() as i64;
+                    (*id, s.timeout_ms, now_ms() + left)
+                })
+                .collect();
+            sessions.sort_unstable();
+            let mut ephemerals: Vec<(i64, Vec<String>)> = self
+                .tree
+                .all_ephemerals()
+                .iter()
+                .map(|(id, paths)| (*id, paths.iter().cloned().collect()))
+                .collect();
+            ephemerals.sort_unstable_by_key(|(id, _)| *id);
+            Details {
+                watches_by_path: by_path,
+                watches_by_session: by_conn.into_iter().map(|(c, p)| (sid_of(c), p)).collect(),
+                sessions,
+                ephemerals,
+                data_dir_bytes: dir_size(&cfg.data_dir),
+                data_log_dir_bytes: dir_size(&cfg.data_log_dir),
+            }
+        });
+        let voters = cfg
+            .servers
+            .values()
+            .filter(|p| p.role == crate::config::PeerRole::Participant)
+            .count();
+        let st = &self.stats;
+        let q = self.replicator.stats();
+        let (serving, role) = match self.serving {
+            crate::core::Serving::No => (false, Role::Looking),
+            crate::core::Serving::Yes { role, .. } => (true, role),
+        };
+        let leading = self.leader.is_some();
+        let count = |f: &dyn Fn(&rzk_quorum::LearnerStats) -> bool| {
+            if leading {
+                q.learners.iter().filter(|l| f(l)).count()
+            } else {
+                0
+            }
+        };
+        ServerStats {
+            version: version(),
+            server_id: if cfg.servers.is_empty() {
+                0
+            } else {
+                self.cfg.server_id
+            },
+            config: cfg.clone(),
+            quorum: QuorumView {
+                state: state_name(cfg, role),
+                leader: q.leader.map(|p| p.0),
+                quorum_size: voters.max(1),
+                serving,
+                learners: count(&|_| true),
+                followers: count(&|l| l.voting),
+                synced_followers: count(&|l| l.voting && l.synced),
+                synced_non_voting_followers: 0,
+                synced_observers: count(&|l| !l.voting && l.synced),
+                pending_syncs: if leading { q.pending_syncs } else { 0 },
+                last_zxid: self.applied,
+            },
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            node_count: self.tree.node_count(),
+            approximate_data_size: self.tree.approximate_data_size(),
+            ephemerals_count: self.tree.ephemeral_count(),
+            watch_count: self.watches.watch_count(),
+            watched_paths: self.watches.path_count(),
+            watching_connections: self.watches.conn_count(),
+            global_sessions: self.sessions.len(),
+            outstanding_requests: self.outstanding(),
+            packets_received: st.packets_received,
+            packets_sent: st.packets_sent,
+            min_latency_ms: st.min_latency_ms,
+            avg_latency_ms: if st.replies == 0 {
+                0.0
+            } else {
+                st.total_latency_ms as f64 / st.replies as f64
+            },
+            max_latency_ms: st.max_latency_ms,
+            auth_failed: st.auth_failed,
+            last_response_bytes: st.last_response_bytes,
+            min_response_bytes: st.min_response_bytes,
+            max_response_bytes: st.max_response_bytes,
+            read_latency: st.read_latency.snapshot(),
+            update_latency: st.update_latency.snapshot(),
+            open_file_descriptors: open_fds(),
+            max_file_descriptors: max_fds(),
+            connections: connections.into_iter().map(|(_, v)| v).collect(),
+            details,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_quantiles_count_and_sum() {
+        let mut l = Latency::default();
+        assert_eq!(l.snapshot(), LatencySnapshot::default());
+        for ms in 1..=100u64 {
+            l.record(Duration::from_millis(ms));
+        }
+        let s = l.snapshot();
+        assert_eq!(s.count, 100);
+        assert_eq!(s.sum_ms, 5050);
+        assert_eq!(s.p50_ms, 50);
+        assert_eq!(s.p90_ms, 90);
+        assert_eq!(s.p99_ms, 99);
+    }
+
+    #[test]
+    fn state_is_standalone_without_server_lines() {
+        let cfg = ServerConfig::default();
+        assert_eq!(state_name(&cfg, Role::Leader), "standalone");
+        let cfg = ServerConfig::parse("server.1=a:1:2\nserver.2=b:1:2\n").unwrap();
+        assert_eq!(state_name(&cfg, Role::Follower), "follower");
+        assert_eq!(state_name(&cfg, Role::Looking), "looking");
+    }
+}
