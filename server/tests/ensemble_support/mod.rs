@@ -15,13 +15,16 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// A running member: how to stop it, and its task.
+type Running = (oneshot::Sender<()>, JoinHandle<Result<(), ServerError>>);
+
 /// One member.
 pub struct Member {
     pub id: u64,
     pub client: SocketAddr,
     pub quorum: SocketAddr,
     pub dir: PathBuf,
-    running: Option<(oneshot::Sender<()>, JoinHandle<Result<(), ServerError>>)>,
+    running: Option<Running>,
 }
 
 /// A running ensemble.
