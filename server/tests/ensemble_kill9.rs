@@ -168,7 +168,11 @@ type Acked = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 
 /// Writers on sessions spread over all members; a create is acknowledged only
 /// when the client got its reply (a connection loss is not an answer).
-fn load(connect_string: String, stop: Arc<AtomicBool>, acked: Acked) -> Vec<tokio::task::JoinHandle<()>> {
+fn load(
+    connect_string: String,
+    stop: Arc<AtomicBool>,
+    acked: Acked,
+) -> Vec<tokio::task::JoinHandle<()>> {
     (0..4)
         .map(|w| {
             let (cs, stop, acked) = (connect_string.clone(), stop.clone(), acked.clone());
