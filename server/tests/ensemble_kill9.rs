@@ -106,9 +106,7 @@ fn start(root: &Path) -> Vec<Member> {
 }
 
 async fn mode(m: &Member) -> Option<String> {
-    if m.child.is_none() {
-        return None;
-    }
+    m.child.as_ref()?;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let attempt = async {
         let mut s = tokio::net::TcpStream::connect(m.addr()).await.ok()?;
