@@ -2,7 +2,8 @@
 # Operations (issue 16) with real components: TLS on the secure client port with kazoo
 # (use_ssl=True) and zkCli.sh (Netty client socket, zookeeper.client.secure=true), against
 # Apache ZooKeeper 3.8 as the reference and against rzk (interop/ops/); rzk's /metrics
-# read by Prometheus's Python parser; the AdminServer's JSON keys against ZooKeeper's.
+# read by Prometheus's Python parser; the AdminServer's JSON keys against ZooKeeper's;
+# rzk's dumps of a data dir ZooKeeper wrote.
 # Installs what it needs on a fresh Debian machine; a no-op when it is already there.
 # Time: about 1 minute on 2 cores once rzk is built (40-interop builds the release binary).
 set -euo pipefail
@@ -39,5 +40,7 @@ export PYTHONDONTWRITEBYTECODE=1
 # The AdminServer's JSON keys against Apache ZooKeeper's (a Rust test, ignored in the
 # default run because it needs Java and ZooKeeper).
 cargo test -p rzk-server --test admin_metrics -- --ignored
+# rzk snapshot dump / rzk log dump on a data dir written by Apache ZooKeeper 3.8.
+cargo test -p rzk-server --test zk_files -- --ignored
 cd interop/ops
 exec .venv/bin/python -m pytest -c pytest.ini -q -rfEs

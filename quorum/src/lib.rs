@@ -15,8 +15,8 @@
 //! [`Replicator`]; [`transport`] has the [`transport::Transport`] trait and an
 //! in-memory network; [`grpc`] the tonic transport; [`storage`] the storage
 //! trait the driver needs, implemented on `rzk-wal` by [`wal_storage::WalStorage`].
-//! Standalone mode is [`standalone::QuorumOfOne`] on `rzk-wal` (commit = durable
-//! in the local log, group-committed).
+//! Standalone is an ensemble of one: a [`ZabReplicator`] with a single voter
+//! (DESIGN.md: no second code path).
 //!
 //! ```
 //! use rzk_quorum::core::{Config, Input, Output, Peer, Recovered, Tick};
@@ -46,7 +46,6 @@ pub mod driver;
 pub mod grpc;
 pub mod message;
 mod replicator;
-pub mod standalone;
 pub mod storage;
 pub mod transport;
 pub mod wal_storage;
@@ -56,9 +55,8 @@ pub use replicator::{
     CommitStream, Committed, LearnerStats, PeerId, Proposal, QuorumStats, ReplicateError,
     Replicator, Role, SyncBarrier,
 };
-pub use standalone::{QuorumOfOne, StandaloneError, StandaloneOptions};
 
-/// The log's options, re-exported so that a server configures its quorum of one
+/// The log's options, re-exported so that a server configures its storage
 /// (fsync, log directory, segment sizes) without depending on `rzk-wal` itself:
 /// the server never touches the durable log except through a [`Replicator`].
 pub use rzk_wal::{LogOptions, WalOptions};

@@ -1,17 +1,20 @@
-//! `rzk [zoo.cfg]`: the rzk server.
+//! `rzk [zoo.cfg]`: the rzk server. `rzk snapshot dump <file>` and
+//! `rzk log dump <dir>`: ZooKeeper 3.8's data files, as its toolkits print them.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use rzk_server::config::ServerConfig;
 use rzk_server::logging::{self, LogFormat};
 
 /// A ZooKeeper-compatible server. With no file it serves 127.0.0.1:2181 with
 /// data in ./data. Flags override the file.
 #[derive(Parser, Debug)]
-#[command(name = "rzk", version)]
+#[command(name = "rzk", version, args_conflicts_with_subcommands = true)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Tool>,
     /// A zoo.cfg-compatible configuration file.
     config: Option<PathBuf>,
     /// clientPort.
@@ -38,6 +41,65 @@ struct Cli {
     /// rzk.log.format: text (default; coloured only on a terminal) or json.
     #[arg(long, value_name = "text|json")]
     log_format: Option<LogFormat>,
+}
+
+/// Tools for data directories (they only read).
+#[derive(Subcommand, Debug)]
+enum Tool {
+    /// Snapshot files.
+    Snapshot {
+        #[command(subcommand)]
+        action: SnapshotAction,
+    },
+    /// Transaction logs.
+    Log {
+        #[command(subcommand)]
+        action: LogAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SnapshotAction {
+    /// Prints a ZooKeeper 3.8 `snapshot.<zxid>` file: a summary and every
+    /// znode with its stat and ACL (zkSnapShotToolkit).
+    Dump {
+        /// The snapshot file.
+        file: PathBuf,
+        /// Only the summary (counts and sessions).
+        #[arg(long)]
+        summary: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum LogAction {
+    /// Prints every txn of a ZooKeeper 3.8 data log directory's `log.*` files
+    /// (or of one file): zxid, time, session, cxid, type, paths
+    /// (zkTxnLogToolkit).
+    Dump {
+        /// dataLogDir, its version-2, or one log file.
+        dir: PathBuf,
+    },
+}
+
+fn run_tool(tool: &Tool) -> ExitCode {
+    let mut out = String::new();
+    let result = match tool {
+        Tool::Snapshot {
+            action: SnapshotAction::Dump { file, summary },
+        } => rzk_server::dump::snapshot(file, *summary, &mut out),
+        Tool::Log {
+            action: LogAction::Dump { dir },
+        } => rzk_server::dump::log(dir, &mut out),
+    };
+    print!("{out}");
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rzk: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn overrides(cli: &Cli) -> Result<Vec<(String, String)>, String> {
@@ -71,6 +133,9 @@ fn overrides(cli: &Cli) -> Result<Vec<(String, String)>, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(tool) = &cli.command {
+        return run_tool(tool);
+    }
     let config = match overrides(&cli)
         .and_then(|o| ServerConfig::load(cli.config.as_deref(), &o).map_err(|e| e.to_string()))
     {
