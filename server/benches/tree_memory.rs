@@ -56,7 +56,8 @@ fn main() {
         // As the server applies a create: the data decoded from the txn (its
         // own buffer), handed over as a clone, the txn then dropped.
         let decoded = Bytes::copy_from_slice(&value);
-        t.create(&p, Some(decoded.clone()), &acl, 0, zxid, 1).unwrap();
+        t.create(&p, Some(decoded.clone()), &acl, 0, zxid, 1)
+            .unwrap();
         drop(decoded);
         zxid += 1;
     }
@@ -68,9 +69,17 @@ fn main() {
     );
     let started = Instant::now();
     let snap = t.snapshot_now(Zxid::from_u64(zxid), &[]);
-    println!("snapshot written in {:?} ({} bytes)", started.elapsed(), snap.len());
+    println!(
+        "snapshot written in {:?} ({} bytes)",
+        started.elapsed(),
+        snap.len()
+    );
     drop(t);
     let started = Instant::now();
     let (loaded, _, _) = DataTree::load_snapshot(&snap).unwrap();
-    println!("snapshot loaded in {:?} ({} nodes)", started.elapsed(), loaded.node_count());
+    println!(
+        "snapshot loaded in {:?} ({} nodes)",
+        started.elapsed(),
+        loaded.node_count()
+    );
 }
