@@ -435,6 +435,14 @@ struct Driver<T: Transport> {
     shutdown_wait_max: Duration,
 }
 
+/// The driver owns the transport: when it stops (a graceful shutdown, a storage
+/// failure, or its task aborted as in a crash) the transport closes too.
+impl<T: Transport> Drop for Driver<T> {
+    fn drop(&mut self) {
+        self.transport.close();
+    }
+}
+
 impl<T: Transport> Driver<T> {
     fn now(&self) -> Tick {
         Tick(self.clock.elapsed().as_millis() as u64)

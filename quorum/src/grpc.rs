@@ -208,6 +208,10 @@ impl Transport for GrpcTransport {
             let _ = link.tx.try_send(msg);
         }
     }
+
+    fn close(&self) {
+        self.shutdown();
+    }
 }
 
 impl GrpcTransport {

@@ -49,6 +49,11 @@ pub type Inbox = mpsc::UnboundedReceiver<Inbound>;
 pub trait Transport: Send + Sync + 'static {
     /// Queues a message for `to`.
     fn send(&self, to: PeerId, msg: Message);
+
+    /// Stops listening and closes every connection; called once when the peer
+    /// that owns the transport stops (gracefully or not), so that a server that
+    /// stops inside a process does not leave its quorum port served.
+    fn close(&self) {}
 }
 
 #[derive(Default)]

@@ -158,6 +158,12 @@ pub(crate) struct LeaderStage {
     owners: HashMap<i64, u64>,
     /// Sessions whose close is proposed: their writes get SESSIONEXPIRED.
     closing: HashSet<i64>,
+    /// Sessions whose creation is proposed and not yet applied here. A leader
+    /// can apply a txn after its followers (they may form the quorum before
+    /// the leader's own fsync returns), so a client may already write through
+    /// a follower: the session is valid for prep from its proposal on, as its
+    /// tree changes are (outstanding changes).
+    creating: HashSet<i64>,
 }
 
 impl LeaderStage {
@@ -186,6 +192,7 @@ impl LeaderStage {
             deadlines,
             owners,
             closing: HashSet::new(),
+            creating: HashSet::new(),
         }
     }
 
@@ -236,7 +243,8 @@ impl LeaderStage {
                 request_body,
             } => {
                 self.touch(sessions, session);
-                let valid = sessions.contains_key(&session) && !self.closing.contains(&session);
+                let known = sessions.contains_key(&session) || self.creating.contains(&session);
+                let valid = known && !self.closing.contains(&session);
                 let seq = self.take_seq();
                 let moved = valid
                     && match self.owners.get(&session) {
@@ -270,6 +278,8 @@ impl LeaderStage {
                 password,
             } => {
                 let seq = self.take_seq();
+                self.creating.insert(session);
+                self.owners.insert(session, origin);
                 let body = TxnBody::CreateSession {
                     timeout_ms,
                     password,
@@ -461,6 +471,7 @@ impl LeaderStage {
         let sid = header.session;
         match applied {
             Applied::SessionCreated { timeout_ms, .. } => {
+                self.creating.remove(&sid);
                 self.deadlines
                     .insert(sid, Instant::now() + timeout(*timeout_ms));
                 if header.origin != 0 {
