@@ -264,7 +264,12 @@ pub async fn run_node(o: NodeOptions) -> anyhow::Result<()> {
     println!("READY {}", o.id.0);
     loop {
         let (sock, _) = clients.accept().await?;
-        tokio::spawn(serve(sock, rep.clone(), state.clone(), o.snapshot_pad_bytes));
+        tokio::spawn(serve(
+            sock,
+            rep.clone(),
+            state.clone(),
+            o.snapshot_pad_bytes,
+        ));
     }
 }
 

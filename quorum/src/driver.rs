@@ -21,8 +21,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::core::{
-    Config, Input, OpId, Output, Peer, ReadCmd, ReadData, ReadId, Refusal, SnapshotRef,
-    StorageCmd, Tick,
+    Config, Input, OpId, Output, Peer, ReadCmd, ReadData, ReadId, Refusal, SnapshotRef, StorageCmd,
+    Tick,
 };
 use crate::storage::{Storage, StorageError, StorageReader, WrittenSnapshot};
 use crate::transport::{Inbound, Inbox, Transport};
@@ -341,7 +341,8 @@ fn spawn_storage<S: Storage>(mut storage: S) -> StorageThread {
                             flush(&mut storage, &mut last)
                                 .and_then(|()| storage.commit_snapshot(written))
                                 .map(|snapshot| {
-                                    let _ = done.send(Done::SnapshotCommitted(zxid, snapshot, reply));
+                                    let _ =
+                                        done.send(Done::SnapshotCommitted(zxid, snapshot, reply));
                                 })
                         }
                     };

@@ -293,9 +293,7 @@ impl SnapshotWriter {
                 tokio::spawn(async move {
                     let result = match sink.finish().await {
                         Ok(written) => commit(written).await,
-                        Err(e) => Err(ReplicateError::Storage(format!(
-                            "snapshot at {zxid}: {e}"
-                        ))),
+                        Err(e) => Err(ReplicateError::Storage(format!("snapshot at {zxid}: {e}"))),
                     };
                     let _ = tx.send(result);
                 });

@@ -122,9 +122,10 @@ impl WrittenSnapshot {
 
     /// The storage's own value, if it is a `T`.
     pub fn downcast<T: 'static>(self) -> Result<T, StorageError> {
-        self.inner.downcast::<T>().map(|b| *b).map_err(|_| {
-            StorageError::Failed("a snapshot written by another storage".to_string())
-        })
+        self.inner
+            .downcast::<T>()
+            .map(|b| *b)
+            .map_err(|_| StorageError::Failed("a snapshot written by another storage".to_string()))
     }
 }
 

@@ -321,9 +321,17 @@ impl WalReader {
     /// The catalogued file `snapshot` names, opened once and kept open.
     fn file(&self, snapshot: &SnapshotRef) -> Result<SnapshotFile, StorageError> {
         let same = |f: &SnapshotFile| {
-            f.zxid() == snapshot.zxid && f.size_bytes() == snapshot.size_bytes && f.crc() == snapshot.crc
+            f.zxid() == snapshot.zxid
+                && f.size_bytes() == snapshot.size_bytes
+                && f.crc() == snapshot.crc
         };
-        if let Some(f) = self.open.lock().expect("not poisoned").iter().find(|f| same(f)) {
+        if let Some(f) = self
+            .open
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .find(|f| same(f))
+        {
             return Ok(f.clone());
         }
         let file = self.wal.open_snapshot(snapshot.zxid).map_err(err)?;
@@ -353,7 +361,10 @@ impl StorageReader for WalReader {
                 offset,
                 len,
             } => {
-                let data = self.file(snapshot)?.read_raw_at(*offset, *len).map_err(err)?;
+                let data = self
+                    .file(snapshot)?
+                    .read_raw_at(*offset, *len)
+                    .map_err(err)?;
                 Ok(ReadData::SnapshotChunk(data))
             }
         }

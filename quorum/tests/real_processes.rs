@@ -520,7 +520,9 @@ fn kill_9_learner_mid_snap_keeps_its_previous_state_then_rejoins() {
     {
         let (wal, recovery) =
             rzk_wal::Wal::open(&dirs[victim], rzk_wal::WalOptions::default()).unwrap();
-        let marker = recovery.sync_in_progress.expect("the interrupted sync is reported");
+        let marker = recovery
+            .sync_in_progress
+            .expect("the interrupted sync is reported");
         assert_eq!(marker.mode, rzk_wal::SyncMode::Snap);
         assert_eq!(
             wal.last_durable_zxid().to_string(),
@@ -528,11 +530,18 @@ fn kill_9_learner_mid_snap_keeps_its_previous_state_then_rejoins() {
             "I2: the interrupted SNAP left the log as it was"
         );
         assert!(
-            wal.snapshots().unwrap().iter().all(|s| s.zxid < marker.target),
+            wal.snapshots()
+                .unwrap()
+                .iter()
+                .all(|s| s.zxid < marker.target),
             "nothing of the interrupted SNAP was installed"
         );
     }
-    assert_eq!(nodes[victim].incoming_snapshot_bytes(), None, "the open removed the partial file");
+    assert_eq!(
+        nodes[victim].incoming_snapshot_bytes(),
+        None,
+        "the open removed the partial file"
+    );
     nodes[victim].start();
     let log = converge(&nodes, &all);
     assert!(nodes[victim].stat("snap").parse::<u64>().unwrap() >= 1);

@@ -21,14 +21,14 @@ impl Core {
                 let (tree, sessions, at) = if zxid == Zxid::ZERO && source.is_empty() {
                     (DataTree::new(), Vec::new(), Zxid::ZERO)
                 } else {
-                    // The source streams (and checks) the file; read whole into
-                    // the one-buffer loader until the tree loads while reading.
-                    let mut data = Vec::with_capacity(source.len_bytes() as usize);
-                    source
+                    // The tree loads while the source streams the file (a
+                    // bounded window, never the whole state in one buffer);
+                    // the loader reads to the end, where the source checks
+                    // the file's checksum, and a failure changes nothing.
+                    let mut reader = source
                         .reader()
-                        .and_then(|mut r| std::io::Read::read_to_end(&mut r, &mut data))
                         .map_err(|e| CoreError::Corrupt(format!("snapshot at {zxid}: {e}")))?;
-                    DataTree::load_snapshot(&data)
+                    DataTree::load_snapshot_from(&mut reader)
                         .map_err(|e| CoreError::Corrupt(format!("snapshot at {zxid}: {e}")))?
                 };
                 self.reset_from_snapshot(tree, sessions, at);
@@ -68,6 +68,9 @@ impl Core {
         at: Zxid,
     ) {
         self.stop_serving("a snapshot is loaded");
+        // A snapshot of the old tree in progress is abandoned (its writer
+        // aborts when its stream ends unfinished).
+        self.snapshot_out = None;
         self.tree = tree;
         self.sessions.clear();
         for s in sessions {

@@ -217,7 +217,10 @@ impl Disk {
     }
 
     pub(crate) fn base(&self) -> Zxid {
-        self.snapshot.as_ref().map(|s| s.0.zxid).unwrap_or(Zxid::ZERO)
+        self.snapshot
+            .as_ref()
+            .map(|s| s.0.zxid)
+            .unwrap_or(Zxid::ZERO)
     }
 
     /// The bytes of snapshot `r`, if this disk still has them (newest or open).

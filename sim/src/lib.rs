@@ -277,8 +277,9 @@ fn sm_encode(sm: &[(Zxid, u64)]) -> Bytes {
 
 /// The simulated storage's file checksum (FNV-1a, 32 bits).
 fn checksum(b: &[u8]) -> u32 {
-    b.iter()
-        .fold(0x811c9dc5u32, |h, x| (h ^ *x as u32).wrapping_mul(0x01000193))
+    b.iter().fold(0x811c9dc5u32, |h, x| {
+        (h ^ *x as u32).wrapping_mul(0x01000193)
+    })
 }
 
 fn sm_decode(b: &[u8]) -> Vec<(Zxid, u64)> {
@@ -934,7 +935,10 @@ impl World {
                 let Some(data) = self.nodes[i].disk.snapshot_bytes(&snapshot) else {
                     return Err(violation(
                         "SnapshotIntegrity",
-                        format!("{:?} applies snapshot {zxid}, not on its disk", self.nodes[i].id),
+                        format!(
+                            "{:?} applies snapshot {zxid}, not on its disk",
+                            self.nodes[i].id
+                        ),
                     ));
                 };
                 let seq = sm_decode(&data);

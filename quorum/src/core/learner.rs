@@ -586,9 +586,7 @@ impl Peer {
                 if let Some(s) = self.fl().snap.as_mut() {
                     s.acked = r.stored;
                 }
-                self.send_leader(SessionMsg::SnapAck {
-                    received: r.stored,
-                });
+                self.send_leader(SessionMsg::SnapAck { received: r.stored });
             }
             return;
         }

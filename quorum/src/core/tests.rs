@@ -1093,16 +1093,32 @@ fn leader_streams_a_snapshot_within_its_in_flight_limit() {
     };
     assert_eq!(
         out,
-        vec![send(3, session(30, 1, snap_msg(r))), read(1, 0, 4), read(2, 4, 4)],
+        vec![
+            send(3, session(30, 1, snap_msg(r))),
+            read(1, 0, 4),
+            read(2, 4, 4)
+        ],
         "8 bytes in flight at most"
     );
     let data = |b: &'static [u8]| Ok(ReadData::SnapshotChunk(Bytes::from_static(b)));
     assert_eq!(
-        p.step(Tick(9), Input::ReadDone { id: ReadId(2), result: data(b"4567") }),
+        p.step(
+            Tick(9),
+            Input::ReadDone {
+                id: ReadId(2),
+                result: data(b"4567")
+            }
+        ),
         vec![],
         "the second chunk waits for the first"
     );
-    let out = p.step(Tick(9), Input::ReadDone { id: ReadId(1), result: data(b"0123") });
+    let out = p.step(
+        Tick(9),
+        Input::ReadDone {
+            id: ReadId(1),
+            result: data(b"0123"),
+        },
+    );
     assert_eq!(
         out,
         vec![
@@ -1115,7 +1131,13 @@ fn leader_streams_a_snapshot_within_its_in_flight_limit() {
         from(3, session(30, 2, SessionMsg::SnapAck { received: 4 })),
     );
     assert_eq!(out, vec![read(3, 8, 2)]);
-    let out = p.step(Tick(11), Input::ReadDone { id: ReadId(3), result: data(b"89") });
+    let out = p.step(
+        Tick(11),
+        Input::ReadDone {
+            id: ReadId(3),
+            result: data(b"89"),
+        },
+    );
     assert_eq!(
         out,
         vec![
@@ -1146,7 +1168,16 @@ fn a_snap_ack_beyond_what_was_sent_is_refused() {
     p.step(Tick(4), from(2, session(20, 1, ack_epoch)));
     let out = p.step(Tick(5), Input::StorageDone { op: OpId(2) });
     assert!(
-        matches!(out[0], Output::Send { msg: Message::Session { msg: SessionMsg::Snap { .. }, .. }, .. }),
+        matches!(
+            out[0],
+            Output::Send {
+                msg: Message::Session {
+                    msg: SessionMsg::Snap { .. },
+                    ..
+                },
+                ..
+            }
+        ),
         "{out:?}"
     );
     let out = p.step(
