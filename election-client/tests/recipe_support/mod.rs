@@ -7,8 +7,7 @@
 //!   `RZK_TEST_ZK` is set (the rzk pass of `.ci/stages/30-election-client.sh`) and
 //!   `${CARGO_TARGET_DIR:-target}/release/rzk` exists. A test takes the cluster's
 //!   multi-host connect string and its [`Cluster::kill_leader`] hook, so the same test
-//!   runs on one member or on an ensemble ([`Cluster::ensemble`]: Apache ZooKeeper
-//!   only, until rzk's ensemble is wired).
+//!   runs on one member or on an ensemble ([`Cluster::ensemble`], of either program).
 //! - [`Link`]: one TCP proxy per member in front of one client, cut, black-holed or
 //!   passed as a whole (a client's partition).
 //! - Helpers: connect, wait for a condition with a deadline, unique paths, a fresh
@@ -203,8 +202,10 @@ impl Cluster {
         Cluster { members: vec![s] }
     }
 
-    /// An Apache ZooKeeper ensemble of `n` members (rzk's ensemble is not wired yet).
+    /// An ensemble of `n` members of the program the environment asks for (zoo.cfg
+    /// `server.N` lines and `myid`, read alike by Apache ZooKeeper and rzk).
     pub fn ensemble(n: u32) -> Cluster {
+        let program = Program::from_env();
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| (free_port(), free_port(), free_port()))
             .collect();
@@ -224,7 +225,7 @@ impl Cluster {
             );
             std::fs::write(dir.join("zoo.cfg"), cfg).expect("zoo.cfg");
             let mut s = Server {
-                program: Program::ZooKeeper,
+                program: program.clone(),
                 id,
                 port: *client,
                 dir,
@@ -438,7 +439,25 @@ pub async fn connect(connect: &str, session_ms: u64) -> Client {
         .expect("connect")
 }
 
-/// Wait until `f` holds, polling; fail with `what` after `limit`.
+/// Runs a test's body on a multi-thread runtime of 2 workers whose threads (workers
+/// and blocking threads) report their panics to a [`rzk_testkit::PanicTrap`]: a panic
+/// in any task of the test (a writer, a recipe's callback, the client's own tasks)
+/// fails the test with its message, even if nothing awaits that task.
+pub fn run_trapped<F: std::future::Future<Output = ()>>(body: F) {
+    let trap = rzk_testkit::PanicTrap::new();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(trap.thread_hook())
+        .build()
+        .expect("a runtime");
+    rt.block_on(body);
+    drop(rt);
+    trap.check();
+}
+
+/// Wait until `f` holds, polling; fail with `what` after `limit` (or at once when a
+/// task of the test panicked).
 pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut f: F)
 where
     F: FnMut() -> Fut,
@@ -446,6 +465,7 @@ where
 {
     let deadline = Instant::now() + limit;
     while !f().await {
+        rzk_testkit::check_panics();
         assert!(
             Instant::now() < deadline,
             "timed out after {limit:?} waiting for {what}"
