@@ -238,7 +238,7 @@ async fn the_binary_prints_one_json_line_and_exits_zero() {
         "--workload",
         "get",
         "--ops",
-        "200",
+        "5000",
         "--sessions",
         "2",
         "--json",
@@ -257,10 +257,30 @@ async fn the_binary_prints_one_json_line_and_exits_zero() {
     assert_eq!(stdout.lines().count(), 1, "{stdout}");
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(v["workload"], "get");
-    assert_eq!(v["ops"], 200);
+    assert_eq!(v["ops"], 5000);
     assert_eq!(v["errors"], 0);
     assert_eq!(v["sessions"], 2);
-    assert!(v["cpu_share"].as_f64().unwrap() >= 0.0);
+    // cpu_share is the generator's CPU time over the timed phase's wall time on all
+    // cores (the same cores this test sees), within the JSON's rounding.
+    let f = |k: &str| {
+        v[k].as_f64()
+            .unwrap_or_else(|| panic!("{k} is a number: {v}"))
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let share = f("cpu_share");
+    let expected = (f("cpu_user_s") + f("cpu_sys_s")) / (f("seconds") * cores);
+    assert!(
+        (share - expected).abs() <= 0.0005 + 0.01 / (f("seconds") * cores) + expected * 0.01,
+        "cpu_share {share} but (user + sys) / (seconds x {cores} cores) = {expected}: {v}"
+    );
+    assert!(share <= 1.0, "{v}");
+    // 5000 requests cost the generator measurable CPU time (the clock ticks are
+    // 10 ms), so the figures above are not all zero.
+    assert!(
+        f("cpu_user_s") + f("cpu_sys_s") > 0.0,
+        "no CPU time measured: {v}"
+    );
+    println!("{v}");
     server.stop().await;
 }
 

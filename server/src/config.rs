@@ -510,7 +510,13 @@ impl ServerConfig {
                 let id = key["server.".len()..]
                     .parse::<u64>()
                     .map_err(|_| invalid(s, "the server id after 'server.' must be a number"))?;
-                self.servers.insert(id, peer_spec(s)?);
+                let spec = peer_spec(s)?;
+                // The same id twice in one file is a mistake to report, not a
+                // line to let win (a --set on the command line may override).
+                if s.origin != "command line" && self.servers.contains_key(&id) {
+                    return Err(invalid(s, &format!("server.{id} is given twice")));
+                }
+                self.servers.insert(id, spec);
             }
             "standaloneEnabled" | "reconfigEnabled" | "quorumListenOnAllIPs" => {
                 self.warnings.push(format!(
@@ -1015,6 +1021,8 @@ mod tests {
         let err =
             ServerConfig::parse("minSessionTimeout=50000\nmaxSessionTimeout=40000").unwrap_err();
         assert!(err.to_string().contains("minSessionTimeout"), "{err}");
+        let err = ServerConfig::parse("server.1=a:2888:3888\nserver.1=b:2888:3888").unwrap_err();
+        assert!(err.to_string().contains("server.1 is given twice"), "{err}");
         let err = ServerConfig::parse("server.1=a:2888:2888").unwrap_err();
         assert!(err.to_string().contains("must differ"), "{err}");
         let err = ServerConfig::parse("server.1=a:2888:3888\nserver.2=a:2888:3889").unwrap_err();

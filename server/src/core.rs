@@ -333,6 +333,10 @@ pub(crate) struct Core {
     pub(crate) stats: Stats,
     pub(crate) started: Instant,
     pub(crate) shutting_down: bool,
+    /// Since when this member has not served, and when it last said so in
+    /// the log (a member without a quorum keeps trying and says so).
+    pub(crate) not_serving_since: Instant,
+    pub(crate) not_serving_logged: Instant,
 }
 
 /// When the next snapshot starts, in applied txns: as ZooKeeper does,
@@ -398,6 +402,8 @@ impl Core {
             stats: Stats::default(),
             started: Instant::now(),
             shutting_down: false,
+            not_serving_since: Instant::now(),
+            not_serving_logged: Instant::now(),
         })
     }
 
@@ -433,7 +439,10 @@ impl Core {
                         self.on_sync_ready(conn, token, result)?;
                     }
                 }
-                _ = expiry.tick() => self.expire_sessions(),
+                _ = expiry.tick() => {
+                    self.expire_sessions();
+                    self.report_not_serving();
+                }
                 _ = touches.tick() => self.send_touches(),
                 _ = reaper.tick() => self.reap(),
                 Some(saved) = self.snapshot_saves.next(), if !self.snapshot_saves.is_empty() => {
@@ -567,6 +576,8 @@ impl Core {
             "not serving: {why}; closing client connections"
         );
         self.serving = Serving::No;
+        self.not_serving_since = Instant::now();
+        self.not_serving_logged = Instant::now();
         self.leader = None;
         self.proposals = FuturesUnordered::new();
         self.touched.clear();
@@ -578,6 +589,25 @@ impl Core {
         for s in self.sessions.values_mut() {
             s.conn = None;
         }
+    }
+
+    /// While it cannot serve (no leader: the members it can reach are no
+    /// quorum), a member keeps trying and says so every few seconds.
+    fn report_not_serving(&mut self) {
+        const EVERY: Duration = Duration::from_secs(5);
+        if self.serving != Serving::No || self.not_serving_logged.elapsed() < EVERY {
+            return;
+        }
+        self.not_serving_logged = Instant::now();
+        let q = self.replicator.stats();
+        tracing::warn!(
+            for_secs = self.not_serving_since.elapsed().as_secs(),
+            voters = q.voters,
+            elections = q.elections,
+            last_zxid = %q.last_durable,
+            held_connects = self.held_connects.len(),
+            "no leader yet: looking for a quorum of the voters (still trying)"
+        );
     }
 
     // ---- requests ----

@@ -49,7 +49,7 @@ impl Core {
                 let node = self.tree.get(&r.path).ok_or(ErrorCode::NoNode)?;
                 acl::check(&node.acl, auth, Perms::READ)?;
                 let resp = GetDataResponse {
-                    data: node.data.clone(),
+                    data: node.data(),
                     stat: node.stat(),
                 };
                 if r.watch {
@@ -60,7 +60,7 @@ impl Core {
             Request::GetChildren(r) => {
                 let node = self.tree.get(&r.path).ok_or(ErrorCode::NoNode)?;
                 acl::check(&node.acl, auth, Perms::READ)?;
-                let children = node.child_names();
+                let children = self.tree.child_names(node);
                 if r.watch {
                     self.watches.add(id, &r.path, WatchKind::Child);
                 }
@@ -70,7 +70,7 @@ impl Core {
                 let node = self.tree.get(&r.path).ok_or(ErrorCode::NoNode)?;
                 acl::check(&node.acl, auth, Perms::READ)?;
                 let resp = GetChildren2Response {
-                    children: node.child_names(),
+                    children: self.tree.child_names(node),
                     stat: node.stat(),
                 };
                 if r.watch {
@@ -204,7 +204,7 @@ impl Core {
                     .and_then(|n| {
                         acl::check(&n.acl, auth, Perms::READ)?;
                         Ok(MultiResult::GetData(GetDataResponse {
-                            data: n.data.clone(),
+                            data: n.data(),
                             stat: n.stat(),
                         }))
                     })
@@ -216,7 +216,7 @@ impl Core {
                 .and_then(|n| {
                     acl::check(&n.acl, auth, Perms::READ)?;
                     Ok(MultiResult::GetChildren(GetChildrenResponse {
-                        children: n.child_names(),
+                        children: self.tree.child_names(n),
                     }))
                 }),
         };

@@ -1,13 +1,18 @@
 //! The data tree: znodes, their Stat, the per-session ephemeral index, and
 //! copy-on-write snapshots that never pause writes.
 //!
-//! Representation: nodes live in a slab (`Vec<Option<Node>>` plus a free
-//! list) and are found by walking the path from the root through each node's
-//! children map (name → slab index). A node does not store its own name or
-//! path: a name is stored once, as the key in its parent's map. `dataLength`,
-//! `numChildren` and `cversion` are derived, not stored (`cversion` is
-//! `2·C − numChildren`, with C the node's create counter, doc §8.1). ACL lists
-//! are interned: nodes that share a list share one allocation.
+//! Representation: nodes live in a slab of fixed-size chunks (no slack of a
+//! doubling vector, no copy when it grows; freed slots are reused) and are
+//! found by walking the path from the root through each node's children
+//! table. A node stores its own name and its data in one allocation
+//! (`[name | data]`), and a children table holds only the children's slab
+//! indices (4 bytes each), hashed by the name each index points to. Neither
+//! the path nor any derived field is stored: `dataLength`, `numChildren` and
+//! `cversion` are derived (`cversion` is `2·C − numChildren`, with C the
+//! node's create counter, doc §8.1). ACL lists are interned: nodes that share
+//! a list share one allocation. A znode of 128 bytes of data costs about 112
+//! bytes of node, its name and data in one malloc chunk, and about 7 bytes in
+//! its parent's table.
 //!
 //! Snapshots (see [`DataTree::begin_snapshot`]): a snapshot is consistent at
 //! the zxid it starts at and is written a few thousand nodes at a time between
@@ -18,8 +23,11 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use std::hash::BuildHasher;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use foldhash::{HashMap, HashMapExt};
+use hashbrown::HashTable;
 use rzk_wire::{Acl, ByteString, ErrorCode, SessionId, Stat};
 use rzk_zxid::Zxid;
 
@@ -49,13 +57,18 @@ pub fn owner_is_session(owner: i64) -> bool {
     owner != 0 && owner != CONTAINER_OWNER && owner_ttl(owner).is_none()
 }
 
-/// One znode. About 120 bytes plus its data and its children map; its name
-/// is stored once, in the parent's map.
+/// `name_len`'s top bit: the data is null (kazoo's empty data is an empty
+/// buffer, not null: the two stay apart).
+const NULL_DATA: u32 = 1 << 31;
+
+/// A node's children: their slab indices, hashed by their names (which the
+/// children store).
+type Children = HashTable<u32>;
+
+/// One znode: 112 bytes plus one allocation for its name and data, and 4
+/// bytes (with the table's overhead, about 7) in its parent's children table.
 #[derive(Clone, Debug)]
 pub struct Node {
-    /// The data; `None` for null data (kazoo's empty data is an empty buffer,
-    /// not null: the two stay apart).
-    pub data: Option<Bytes>,
     /// The ACL (interned).
     pub acl: Arc<[Acl]>,
     /// Stat fields that are stored (the others are derived).
@@ -79,15 +92,33 @@ pub struct Node {
     pub owner: i64,
     /// The snapshot generation that has written this node already.
     snap_gen: u32,
-    /// Children by name; `None` for a leaf (8 bytes instead of an empty map).
-    #[allow(clippy::box_collection)]
-    children: Option<Box<HashMap<Box<str>, u32>>>,
+    /// The length of the name at the start of `blob`, and [`NULL_DATA`].
+    name_len: u32,
+    /// The node's name (the last component of its path), then its data.
+    blob: Box<[u8]>,
+    /// The children; `None` for a leaf (8 bytes instead of an empty table).
+    children: Option<Box<Children>>,
+}
+
+/// `[name | data]` in one allocation of exactly that size.
+fn make_blob(name: &[u8], data: Option<&[u8]>) -> Box<[u8]> {
+    let data = data.unwrap_or_default();
+    let mut v = Vec::with_capacity(name.len() + data.len());
+    v.extend_from_slice(name);
+    v.extend_from_slice(data);
+    v.into_boxed_slice()
 }
 
 impl Node {
-    fn new(data: Option<Bytes>, acl: Arc<[Acl]>, owner: i64, zxid: u64, time: i64) -> Node {
+    fn new(
+        name: &str,
+        data: Option<&[u8]>,
+        acl: Arc<[Acl]>,
+        owner: i64,
+        zxid: u64,
+        time: i64,
+    ) -> Node {
         Node {
-            data,
             acl,
             czxid: zxid,
             mzxid: zxid,
@@ -99,8 +130,42 @@ impl Node {
             ccount: 0,
             owner,
             snap_gen: 0,
+            name_len: name.len() as u32 | if data.is_none() { NULL_DATA } else { 0 },
+            blob: make_blob(name.as_bytes(), data),
             children: None,
         }
+    }
+
+    /// The node's name: the last component of its path (empty for `/`).
+    fn name(&self) -> &[u8] {
+        &self.blob[..(self.name_len & !NULL_DATA) as usize]
+    }
+
+    /// The data, borrowed; `None` for null data.
+    pub fn data_slice(&self) -> Option<&[u8]> {
+        if self.name_len & NULL_DATA != 0 {
+            return None;
+        }
+        Some(&self.blob[(self.name_len & !NULL_DATA) as usize..])
+    }
+
+    /// The data, copied into a buffer a reply can own; `None` for null data.
+    /// (The tree keeps one exact allocation per node, not a shared buffer
+    /// whose header would cost every node read 32 bytes more.)
+    pub fn data(&self) -> Option<Bytes> {
+        self.data_slice().map(Bytes::copy_from_slice)
+    }
+
+    /// The length of the data (0 for null data).
+    pub fn data_len(&self) -> usize {
+        self.data_slice().map_or(0, <[u8]>::len)
+    }
+
+    /// Replaces the data, keeping the name.
+    fn set_data(&mut self, data: Option<&[u8]>) {
+        let name_len = self.name_len & !NULL_DATA;
+        self.blob = make_blob(&self.blob[..name_len as usize], data);
+        self.name_len = name_len | if data.is_none() { NULL_DATA } else { 0 };
     }
 
     /// How many children the node has.
@@ -130,21 +195,10 @@ impl Node {
             } else {
                 0
             }),
-            data_length: self.data.as_ref().map_or(0, |d| d.len() as i32),
+            data_length: self.data_len() as i32,
             num_children: self.num_children(),
             pzxid: Zxid::from_u64(self.pzxid),
         }
-    }
-
-    /// The children's names.
-    pub fn child_names(&self) -> Vec<ByteString> {
-        self.children.as_ref().map_or_else(Vec::new, |c| {
-            c.keys().map(|k| ByteString::from(&**k)).collect()
-        })
-    }
-
-    fn child(&self, name: &str) -> Option<u32> {
-        self.children.as_ref()?.get(name).copied()
     }
 }
 
@@ -185,41 +239,31 @@ struct SnapWriter {
 ///
 /// The children's names are copied into one buffer when the frame is made
 /// (one allocation, not one `String` per child): a parent with a million
-/// children costs one pass over its map, and each later step takes a few
+/// children costs one pass over its table, and each later step takes a few
 /// children off the end.
 #[derive(Debug)]
 #[cfg_attr(test, derive(Clone))]
 struct SnapFrame {
     /// The parent's path.
-    path: String,
+    path: Vec<u8>,
     /// The children's names, back to back.
-    names: String,
+    names: Vec<u8>,
     /// Each child's slab index and the end of its name in `names` (its start
     /// is the previous child's end).
     kids: Vec<(u32, u32)>,
 }
 
 impl SnapFrame {
-    fn new(path: String, children: &HashMap<Box<str>, u32>) -> SnapFrame {
-        let mut names = String::with_capacity(children.keys().map(|k| k.len()).sum());
-        let mut kids = Vec::with_capacity(children.len());
-        for (name, idx) in children {
-            names.push_str(name);
-            kids.push((*idx, names.len() as u32));
-        }
-        SnapFrame { path, names, kids }
-    }
-
     /// The next child to visit and its path, written into `path`.
-    fn pop(&mut self, path: &mut String) -> Option<u32> {
+    fn pop(&mut self, path: &mut Vec<u8>) -> Option<u32> {
         let (idx, end) = self.kids.pop()?;
         let start = self.kids.last().map_or(0, |k| k.1);
         path.clear();
-        path.push_str(&self.path);
-        if self.path != "/" {
-            path.push('/');
+        path.extend_from_slice(&self.path);
+        if self.path != b"/" {
+            path.push(b'/');
         }
-        path.push_str(&self.names[start as usize..end as usize]);
+        path.extend_from_slice(&self.names[start as usize..end as usize]);
         self.names.truncate(start as usize);
         Some(idx)
     }
@@ -229,8 +273,17 @@ impl SnapFrame {
 #[derive(Debug)]
 #[cfg_attr(test, derive(Clone))]
 pub struct DataTree {
-    nodes: Vec<Option<Node>>,
+    /// The slab: chunks of [`SLAB_CHUNK`] slots; slot `i` is
+    /// `chunks[i / SLAB_CHUNK][i % SLAB_CHUNK]`.
+    chunks: Vec<Box<[Option<Node>]>>,
+    /// Slots handed out so far (the next fresh index).
+    slots: u32,
+    /// Freed slots, reused first.
     free: Vec<u32>,
+    /// Hashes children's names; one seed per tree (random per process:
+    /// names are chosen by clients, so an unseeded hash would let one make
+    /// many names collide under a parent).
+    hasher: foldhash::fast::RandomState,
     acls: AclInterner,
     /// Ephemeral paths per owning session (getEphemerals, close/expiry).
     ephemerals: HashMap<i64, BTreeSet<String>>,
@@ -245,6 +298,9 @@ pub struct DataTree {
 }
 
 const ROOT: u32 = 0;
+/// Slots per slab chunk (a power of two): 1024 nodes, 112 KiB.
+const SLAB_CHUNK_SHIFT: u32 = 10;
+const SLAB_CHUNK: usize = 1 << SLAB_CHUNK_SHIFT;
 /// The tree's snapshot format, version 2: the header carries the node count.
 const SNAP_MAGIC: &[u8; 8] = b"RZKTREE2";
 /// Version 1 (no node count in the header): still loaded.
@@ -277,12 +333,12 @@ impl DataTree {
     pub fn new() -> DataTree {
         let mut t = DataTree::empty();
         let open = t.acls.intern(&Acl::open_unsafe());
-        t.insert_raw("/", Node::new(Some(Bytes::new()), open.clone(), 0, 0, 0));
-        for p in ["/zookeeper", "/zookeeper/quota"] {
-            t.insert_raw(p, Node::new(Some(Bytes::new()), open.clone(), 0, 0, 0));
+        for p in ["/", "/zookeeper", "/zookeeper/quota"] {
+            let node = Node::new(path::name(p), Some(&[]), open.clone(), 0, 0, 0);
+            t.insert_raw(p, node);
         }
         let read = t.acls.intern(&Acl::read_unsafe());
-        let mut config = Node::new(Some(Bytes::new()), read, 0, 0, 0);
+        let mut config = Node::new("config", Some(&[]), read, 0, 0, 0);
         config.aversion = -1;
         t.insert_raw("/zookeeper/config", config);
         t
@@ -290,8 +346,10 @@ impl DataTree {
 
     fn empty() -> DataTree {
         DataTree {
-            nodes: Vec::new(),
+            chunks: Vec::new(),
+            slots: 0,
             free: Vec::new(),
+            hasher: foldhash::fast::RandomState::default(),
             acls: AclInterner::default(),
             ephemerals: HashMap::new(),
             containers: BTreeSet::new(),
@@ -304,104 +362,176 @@ impl DataTree {
     }
 
     /// Inserts a node without touching its parent's counters (initial tree and
-    /// snapshot load). The parent must exist, except for `/`.
+    /// snapshot load). The parent must exist, except for `/`; `node` carries
+    /// the last component of `p` as its name.
     fn insert_raw(&mut self, p: &str, node: Node) -> Option<u32> {
-        let idx = if p == "/" {
-            if !self.nodes.is_empty() {
-                return None;
-            }
-            self.nodes.push(None);
-            ROOT
-        } else {
-            let parent = self.lookup(path::parent(p)?)?;
-            let name = path::name(p);
-            if self.nodes[parent as usize].as_ref()?.child(name).is_some() {
+        if p == "/" {
+            if self.slots != 0 {
                 return None;
             }
             let idx = self.alloc();
-            self.node_mut(parent)
-                .children
-                .get_or_insert_with(Default::default)
-                .insert(name.into(), idx);
-            idx
-        };
-        self.index_owner(p, node.owner);
-        self.data_bytes += p.len() as u64 + node.data.as_ref().map_or(0, |d| d.len() as u64);
-        self.node_count += 1;
-        self.nodes[idx as usize] = Some(node);
-        Some(idx)
+            debug_assert_eq!(idx, ROOT);
+            self.account(p, &node);
+            *self.slot_mut(idx) = Some(node);
+            return Some(idx);
+        }
+        let parent = self.lookup(path::parent(p)?)?;
+        self.insert_child(parent, p, node).ok()
     }
 
-    /// Inserts the nodes of one depth of a snapshot being loaded. Siblings
-    /// come together (the snapshot is a DFS), so the parent is looked up once
-    /// per run of siblings and its children map is sized for the run at once.
+    /// Inserts the nodes of one depth of a snapshot being loaded (copy-on-write
+    /// records that came before their parent), each under its parent.
     fn insert_level(&mut self, level: Vec<(String, Node)>) -> Result<(), TxnError> {
-        let paths: Vec<&str> = level.iter().map(|(p, _)| p.as_str()).collect();
-        let mut parent: Option<(&str, u32)> = None;
-        for (i, (p, node)) in level.iter().enumerate() {
-            let (p, node) = (p.as_str(), node.clone());
+        for (p, node) in level {
             let orphan = || TxnError(format!("snapshot node {p} has no parent or is repeated"));
             if p == "/" {
-                self.insert_raw(p, node).ok_or_else(orphan)?;
+                self.insert_raw(&p, node).ok_or_else(orphan)?;
                 continue;
             }
-            let slash = p.rfind('/').ok_or_else(orphan)?;
-            let (parent_path, name) = (if slash == 0 { "/" } else { &p[..slash] }, &p[slash + 1..]);
-            let parent_idx = match parent {
-                Some((pp, idx)) if pp == parent_path => idx,
-                _ => {
-                    let idx = self.lookup(parent_path).ok_or_else(orphan)?;
-                    let run = paths[i..]
-                        .iter()
-                        .take_while(|q| path::parent(q) == Some(parent_path))
-                        .count();
-                    self.node_mut(idx)
-                        .children
-                        .get_or_insert_with(Default::default)
-                        .reserve(run);
-                    parent = Some((parent_path, idx));
-                    idx
-                }
-            };
-            self.insert_child(parent_idx, p, name, node)
-                .map_err(|()| orphan())?;
+            let parent = path::parent(&p)
+                .and_then(|pp| self.lookup(pp))
+                .ok_or_else(orphan)?;
+            self.insert_child(parent, &p, node).map_err(|()| orphan())?;
         }
         Ok(())
     }
 
-    /// Inserts `node` (path `p`, last component `name`) under the node at
-    /// `parent_idx`, without touching the parent's counters (snapshot load).
-    /// Fails if the parent has a child of that name.
-    fn insert_child(&mut self, parent_idx: u32, p: &str, name: &str, node: Node) -> Result<(), ()> {
-        // One hash of the name: the slot is taken first, and given back if the
-        // name is a repeat.
+    /// Inserts `node` (path `p`; its name is the last component) under the
+    /// node at `parent_idx`, without touching the parent's counters. Fails,
+    /// changing nothing, if the parent has a child of that name.
+    fn insert_child(&mut self, parent_idx: u32, p: &str, node: Node) -> Result<u32, ()> {
         let idx = self.alloc();
-        let children = self
-            .node_mut(parent_idx)
-            .children
-            .get_or_insert_with(Default::default);
-        match children.entry(name.into()) {
-            std::collections::hash_map::Entry::Occupied(_) => {
-                self.free.push(idx);
-                return Err(());
-            }
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(idx);
-            }
+        *self.slot_mut(idx) = Some(node);
+        if !self.link_child(parent_idx, idx) {
+            *self.slot_mut(idx) = None;
+            self.free.push(idx);
+            return Err(());
         }
-        self.index_owner(p, node.owner);
-        self.data_bytes += p.len() as u64 + node.data.as_ref().map_or(0, |d| d.len() as u64);
+        let node = self.node(idx).expect("just stored");
+        let (owner, len) = (node.owner, node.data_len());
+        self.index_owner(p, owner);
+        self.data_bytes += (p.len() + len) as u64;
         self.node_count += 1;
-        self.nodes[idx as usize] = Some(node);
-        Ok(())
+        Ok(idx)
     }
 
+    /// Counts the root in (the other nodes are counted by `insert_child`).
+    fn account(&mut self, p: &str, node: &Node) {
+        self.index_owner(p, node.owner);
+        self.data_bytes += (p.len() + node.data_len()) as u64;
+        self.node_count += 1;
+    }
+
+    /// Counts a removed node out.
+    fn unaccount(&mut self, p: &str, node: &Node) {
+        self.unindex_owner(p, node.owner);
+        self.data_bytes = self
+            .data_bytes
+            .saturating_sub((p.len() + node.data_len()) as u64);
+        self.node_count -= 1;
+    }
+
+    /// A free slot: a freed one, or the next fresh one (a new chunk when the
+    /// last is full).
     fn alloc(&mut self) -> u32 {
         if let Some(i) = self.free.pop() {
             return i;
         }
-        self.nodes.push(None);
-        (self.nodes.len() - 1) as u32
+        let idx = self.slots;
+        if idx as usize == self.chunks.len() * SLAB_CHUNK {
+            let chunk: Vec<Option<Node>> = (0..SLAB_CHUNK).map(|_| None).collect();
+            self.chunks.push(chunk.into_boxed_slice());
+        }
+        self.slots += 1;
+        idx
+    }
+
+    fn slot(&self, idx: u32) -> Option<&Option<Node>> {
+        self.chunks
+            .get((idx >> SLAB_CHUNK_SHIFT) as usize)
+            .map(|c| &c[idx as usize & (SLAB_CHUNK - 1)])
+    }
+
+    fn slot_mut(&mut self, idx: u32) -> &mut Option<Node> {
+        &mut self.chunks[(idx >> SLAB_CHUNK_SHIFT) as usize][idx as usize & (SLAB_CHUNK - 1)]
+    }
+
+    /// The live node at `idx`, if any.
+    fn node(&self, idx: u32) -> Option<&Node> {
+        self.slot(idx)?.as_ref()
+    }
+
+    fn hash(&self, name: &[u8]) -> u64 {
+        self.hasher.hash_one(name)
+    }
+
+    /// The hash of the name of the node at `idx` (a table's rehash).
+    fn hash_of(&self, idx: u32) -> u64 {
+        self.hash(self.node(idx).map_or(&[][..], Node::name))
+    }
+
+    /// The child of `parent` named `name`.
+    fn child(&self, parent: &Node, name: &[u8]) -> Option<u32> {
+        let children = parent.children.as_ref()?;
+        children
+            .find(self.hash(name), |&i| {
+                self.node(i).is_some_and(|n| n.name() == name)
+            })
+            .copied()
+    }
+
+    /// Adds the node at `idx` (in the slab already, with its name) to the
+    /// children of `parent`; false if `parent` has a child of that name.
+    fn link_child(&mut self, parent: u32, idx: u32) -> bool {
+        // The table is taken out of its node while it may rehash: rehashing
+        // reads the children's names from the slab.
+        let mut table = self.node_mut(parent).children.take().unwrap_or_default();
+        let name = self.node(idx).map_or(&[][..], Node::name);
+        let added = match table.entry(
+            self.hash(name),
+            |&i| self.node(i).is_some_and(|n| n.name() == name),
+            |&i| self.hash_of(i),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(_) => false,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                v.insert(idx);
+                true
+            }
+        };
+        self.node_mut(parent).children = (!table.is_empty()).then_some(table);
+        added
+    }
+
+    /// Removes the child named `name` from `parent`'s table; its index.
+    fn unlink_child(&mut self, parent: u32, name: &[u8]) -> Option<u32> {
+        let mut table = self.node_mut(parent).children.take()?;
+        let found = table
+            .find_entry(self.hash(name), |&i| {
+                self.node(i).is_some_and(|n| n.name() == name)
+            })
+            .ok()
+            .map(|e| e.remove().0);
+        self.node_mut(parent).children = (!table.is_empty()).then_some(table);
+        found
+    }
+
+    /// Sizes `parent`'s table for `additional` more children (snapshot load);
+    /// a reservation that cannot be had is not made (the table grows).
+    fn reserve_children(&mut self, parent: u32, additional: usize) {
+        let mut table = self.node_mut(parent).children.take().unwrap_or_default();
+        let _ = table.try_reserve(additional, |&i| self.hash_of(i));
+        self.node_mut(parent).children = Some(table);
+    }
+
+    /// Gives back a table's room if it is much larger than its children.
+    fn shrink_children(&mut self, parent: u32) {
+        let Some(mut table) = self.node_mut(parent).children.take() else {
+            return;
+        };
+        if table.capacity() > 2 * table.len() + 16 {
+            table.shrink_to_fit(|&i| self.hash_of(i));
+        }
+        self.node_mut(parent).children = (!table.is_empty()).then_some(table);
     }
 
     fn index_owner(&mut self, p: &str, owner: i64) {
@@ -433,7 +563,7 @@ impl DataTree {
     }
 
     fn node_mut(&mut self, idx: u32) -> &mut Node {
-        self.nodes[idx as usize]
+        self.slot_mut(idx)
             .as_mut()
             .expect("a live index names a live node")
     }
@@ -445,19 +575,29 @@ impl DataTree {
             return None;
         }
         let mut idx = ROOT;
-        self.nodes.first()?.as_ref()?;
+        self.node(ROOT)?;
         if p.len() == 1 {
             return Some(ROOT);
         }
         for name in p[1..].split('/') {
-            idx = self.nodes[idx as usize].as_ref()?.child(name)?;
+            idx = self.child(self.node(idx)?, name.as_bytes())?;
         }
         Some(idx)
     }
 
     /// The node at `path`.
     pub fn get(&self, p: &str) -> Option<&Node> {
-        self.lookup(p).and_then(|i| self.nodes[i as usize].as_ref())
+        self.lookup(p).and_then(|i| self.node(i))
+    }
+
+    /// The names of `node`'s children (a node of this tree), in no order.
+    pub fn child_names(&self, node: &Node) -> Vec<ByteString> {
+        node.children.as_ref().map_or_else(Vec::new, |c| {
+            c.iter()
+                .filter_map(|&i| self.node(i))
+                .map(|n| ByteString::from(String::from_utf8_lossy(n.name()).as_ref()))
+                .collect()
+        })
     }
 
     /// How many nodes the tree has.
@@ -500,12 +640,9 @@ impl DataTree {
         let mut count = 0i64;
         let mut stack = vec![idx];
         while let Some(i) = stack.pop() {
-            if let Some(children) = self.nodes[i as usize]
-                .as_ref()
-                .and_then(|n| n.children.as_ref())
-            {
+            if let Some(children) = self.node(i).and_then(|n| n.children.as_ref()) {
                 count += children.len() as i64;
-                stack.extend(children.values().copied());
+                stack.extend(children.iter().copied());
             }
         }
         count
@@ -534,28 +671,23 @@ impl DataTree {
         let parent_path = path::parent(p).ok_or(ErrorCode::BadArguments)?;
         let parent = self.lookup(parent_path).ok_or(ErrorCode::NoNode)?;
         let name = path::name(p);
-        if self.nodes[parent as usize]
-            .as_ref()
-            .and_then(|n| n.child(name))
+        if self
+            .node(parent)
+            .and_then(|n| self.child(n, name.as_bytes()))
             .is_some()
         {
             return Err(ErrorCode::NodeExists);
         }
         self.cow(parent, parent_path);
         let acl = self.acls.intern(acl);
-        let mut node = Node::new(data, acl, owner, zxid, time);
+        let mut node = Node::new(name, data.as_deref(), acl, owner, zxid, time);
         node.snap_gen = self.snap_gen;
-        let idx = self.alloc();
+        let idx = self
+            .insert_child(parent, p, node)
+            .map_err(|()| ErrorCode::NodeExists)?;
         let pn = self.node_mut(parent);
-        pn.children
-            .get_or_insert_with(Default::default)
-            .insert(name.into(), idx);
         pn.ccount = pn.ccount.wrapping_add(1);
         pn.pzxid = zxid;
-        self.index_owner(p, owner);
-        self.data_bytes += p.len() as u64 + node.data.as_ref().map_or(0, |d| d.len() as u64);
-        self.node_count += 1;
-        self.nodes[idx as usize] = Some(node);
         Ok(idx)
     }
 
@@ -565,35 +697,20 @@ impl DataTree {
         let parent_path = path::parent(p).ok_or(ErrorCode::BadArguments)?;
         let parent = self.lookup(parent_path).ok_or(ErrorCode::NoNode)?;
         let name = path::name(p);
-        let idx = self.nodes[parent as usize]
-            .as_ref()
-            .and_then(|n| n.child(name))
+        let idx = self
+            .node(parent)
+            .and_then(|n| self.child(n, name.as_bytes()))
             .ok_or(ErrorCode::NoNode)?;
-        if self.nodes[idx as usize]
-            .as_ref()
-            .is_some_and(|n| n.num_children() > 0)
-        {
+        if self.node(idx).is_some_and(|n| n.num_children() > 0) {
             return Err(ErrorCode::NotEmpty);
         }
         self.cow(idx, p);
         self.cow(parent, parent_path);
-        let pn = self.node_mut(parent);
-        if let Some(children) = pn.children.as_mut() {
-            children.remove(name);
-            if children.is_empty() {
-                pn.children = None;
-            }
-        }
-        pn.pzxid = zxid;
-        let node = self.nodes[idx as usize]
-            .take()
-            .expect("child index is live");
+        self.unlink_child(parent, name.as_bytes());
+        self.node_mut(parent).pzxid = zxid;
+        let node = self.slot_mut(idx).take().expect("child index is live");
         self.free.push(idx);
-        self.unindex_owner(p, node.owner);
-        self.data_bytes = self
-            .data_bytes
-            .saturating_sub(p.len() as u64 + node.data.as_ref().map_or(0, |d| d.len() as u64));
-        self.node_count -= 1;
+        self.unaccount(p, &node);
         Ok(node)
     }
 
@@ -608,9 +725,9 @@ impl DataTree {
         let idx = self.lookup(p).ok_or(ErrorCode::NoNode)?;
         self.cow(idx, p);
         let n = self.node_mut(idx);
-        let old = n.data.as_ref().map_or(0, |d| d.len() as u64);
+        let old = n.data_len() as u64;
         let new = data.as_ref().map_or(0, |d| d.len() as u64);
-        n.data = data;
+        n.set_data(data.as_deref());
         n.version = n.version.wrapping_add(1);
         n.mzxid = zxid;
         n.mtime = time;
@@ -715,12 +832,12 @@ impl DataTree {
     /// finished snapshot (its zxid and bytes) when the last node is written.
     pub fn snapshot_step(&mut self, budget: usize) -> Option<(Zxid, Bytes)> {
         let mut snap = self.snap.take()?;
-        let mut p = String::new();
+        let mut p = Vec::new();
         for _ in 0..budget {
             let idx = if !snap.root_visited {
                 snap.root_visited = true;
                 p.clear();
-                p.push('/');
+                p.push(b'/');
                 ROOT
             } else {
                 let Some(frame) = snap.frames.last_mut() else {
@@ -734,7 +851,11 @@ impl DataTree {
                     }
                 }
             };
-            let Some(node) = self.nodes.get_mut(idx as usize).and_then(Option::as_mut) else {
+            let Some(Some(node)) = self
+                .chunks
+                .get_mut((idx >> SLAB_CHUNK_SHIFT) as usize)
+                .map(|c| &mut c[idx as usize & (SLAB_CHUNK - 1)])
+            else {
                 continue; // deleted since its parent was visited (its old state is written)
             };
             if node.czxid > snap.zxid {
@@ -744,8 +865,8 @@ impl DataTree {
                 node.snap_gen = snap.gen;
                 write_record(&mut snap, &p, node);
             }
-            if let Some(children) = node.children.as_ref() {
-                snap.frames.push(SnapFrame::new(p.clone(), children));
+            if let Some(frame) = self.frame(idx, &p) {
+                snap.frames.push(frame);
             }
         }
         if !snap.frames.is_empty() || !snap.root_visited {
@@ -769,20 +890,42 @@ impl DataTree {
         }
     }
 
+    /// The frame of a snapshot's walk for the children of the node at `idx`
+    /// (path `p`), if it has any: their indices and names, copied at once.
+    fn frame(&self, idx: u32, p: &[u8]) -> Option<SnapFrame> {
+        let children = self.node(idx)?.children.as_ref()?;
+        let mut names = Vec::new();
+        let mut kids = Vec::with_capacity(children.len());
+        for &child in children.iter() {
+            let Some(n) = self.node(child) else { continue };
+            names.extend_from_slice(n.name());
+            kids.push((child, names.len() as u32));
+        }
+        Some(SnapFrame {
+            path: p.to_vec(),
+            names,
+            kids,
+        })
+    }
+
     /// Copy-on-write: before the node at `idx` (path `p`) changes, a snapshot
     /// in progress that has not written it yet writes its current state.
     fn cow(&mut self, idx: u32, p: &str) {
         let Some(snap) = self.snap.as_mut() else {
             return;
         };
-        let Some(node) = self.nodes[idx as usize].as_mut() else {
+        let Some(Some(node)) = self
+            .chunks
+            .get_mut((idx >> SLAB_CHUNK_SHIFT) as usize)
+            .map(|c| &mut c[idx as usize & (SLAB_CHUNK - 1)])
+        else {
             return;
         };
         if node.snap_gen == snap.gen || node.czxid > snap.zxid {
             return;
         }
         node.snap_gen = snap.gen;
-        write_record(snap, p, node);
+        write_record(snap, p.as_bytes(), node);
     }
 
     /// Loads a snapshot held in one buffer: the tree, the sessions and the
@@ -815,15 +958,18 @@ impl DataTree {
         let mut out = std::collections::BTreeMap::new();
         let mut stack = vec![(ROOT, "/".to_owned())];
         while let Some((idx, p)) = stack.pop() {
-            let Some(n) = self.nodes.get(idx as usize).and_then(Option::as_ref) else {
+            let Some(n) = self.node(idx) else {
                 continue;
             };
             if let Some(children) = n.children.as_ref() {
-                for (name, child) in children.iter() {
-                    stack.push((*child, path::join(&p, name)));
+                for &child in children.iter() {
+                    if let Some(c) = self.node(child) {
+                        let name = String::from_utf8_lossy(c.name());
+                        stack.push((child, path::join(&p, &name)));
+                    }
                 }
             }
-            out.insert(p, (n.data.clone(), n.acl.to_vec(), n.stat()));
+            out.insert(p, (n.data(), n.acl.to_vec(), n.stat()));
         }
         out
     }
@@ -1043,10 +1189,13 @@ fn load_from(r: &mut SnapReader<'_>) -> Result<(DataTree, Vec<SessionRecord>, Zx
                 "snapshot declares {d} nodes, more than a tree holds"
             )));
         }
-        // The slab at its final size at once. A corrupt count is caught when
-        // the records run out; until then its reservation is only address
-        // space, and one that cannot be had is simply not made.
-        let _ = loader.tree.nodes.try_reserve_exact(d as usize);
+        // The chunk list at its final size at once (a corrupt count is caught
+        // when the records run out; a reservation that cannot be had is simply
+        // not made).
+        let _ = loader
+            .tree
+            .chunks
+            .try_reserve_exact((d as usize).div_ceil(SLAB_CHUNK));
     }
     loop {
         let len = r.next_record_len(loader.acl_table.len())?;
@@ -1076,7 +1225,7 @@ impl Loader {
     fn record(&mut self, mut b: &[u8]) -> Result<(), TxnError> {
         let r = &mut b;
         let p = txn::get_str_ref(r)?;
-        let data = txn::get_buf(r)?;
+        let data = get_buf_ref(r)?;
         let acl_ref = txn::get_u32(r)? as usize;
         if acl_ref == self.acl_table.len() {
             let acl = txn::get_acl(r)?;
@@ -1087,7 +1236,12 @@ impl Loader {
             .get(acl_ref)
             .cloned()
             .ok_or_else(|| TxnError(format!("ACL ref {acl_ref} undefined")))?;
-        let mut node = Node::new(data, acl, 0, 0, 0);
+        let Some(slash) = p.rfind('/') else {
+            return Err(TxnError(format!(
+                "snapshot node {p} is not an absolute path"
+            )));
+        };
+        let mut node = Node::new(&p[slash + 1..], data, acl, 0, 0, 0);
         node.czxid = txn::get_i64(r)? as u64;
         node.mzxid = txn::get_i64(r)? as u64;
         node.pzxid = txn::get_i64(r)? as u64;
@@ -1105,9 +1259,6 @@ impl Loader {
             )));
         }
         let orphan = || TxnError(format!("snapshot node {p} has no parent or is repeated"));
-        let Some(slash) = p.rfind('/') else {
-            return Err(orphan());
-        };
         if p == "/" {
             self.tree.insert_raw(p, node).ok_or_else(orphan)?;
             return Ok(());
@@ -1141,15 +1292,13 @@ impl Loader {
             };
             let room = (pn.ccount.max(0) as u64).min(left);
             if room > 0 {
-                let mut map = HashMap::new();
-                // A guess: if it cannot be had, the map grows as children come.
-                let _ = map.try_reserve(room as usize);
-                pn.children = Some(Box::new(map));
+                self.tree.reserve_children(parent_idx, room as usize);
                 self.sized.push(parent_idx);
             }
         }
         self.tree
-            .insert_child(parent_idx, p, &p[slash + 1..], node)
+            .insert_child(parent_idx, p, node)
+            .map(|_| ())
             .map_err(|()| orphan())
     }
 
@@ -1159,24 +1308,40 @@ impl Loader {
             self.tree.insert_level(level)?;
         }
         for &idx in &self.sized {
-            if let Some(children) = self.tree.node_mut(idx).children.as_mut() {
-                if children.capacity() > 2 * children.len() + 16 {
-                    children.shrink_to_fit();
-                }
-            }
+            self.tree.shrink_children(idx);
         }
-        if self.tree.nodes.is_empty() {
+        if self.tree.node(ROOT).is_none() {
             return Err(TxnError("snapshot has no root".into()));
         }
         Ok(())
     }
 }
 
-fn write_record(snap: &mut SnapWriter, p: &str, node: &Node) {
+/// A buffer borrowed from the input (`i32` length, −1 = null).
+fn get_buf_ref<'a>(r: &mut &'a [u8]) -> Result<Option<&'a [u8]>, TxnError> {
+    let n = txn::get_i32(r)?;
+    if n < 0 {
+        return Ok(None);
+    }
+    let n = n as usize;
+    if r.len() < n {
+        return Err(TxnError(format!(
+            "truncated: {n} bytes of data needed, {} left",
+            r.len()
+        )));
+    }
+    let (data, rest) = r.split_at(n);
+    *r = rest;
+    Ok(Some(data))
+}
+
+fn write_record(snap: &mut SnapWriter, p: &[u8], node: &Node) {
     let out = &mut snap.out;
     out.put_u8(1);
-    txn::put_str(out, p);
-    txn::put_buf(out, node.data.as_deref());
+    out.put_u32(p.len() as u32);
+    out.put_slice(p);
+    txn::put_buf(out, node.data_slice());
+
     let key = node.acl.as_ptr() as usize;
     let next = snap.acl_refs.len() as u32;
     match snap.acl_refs.get(&key) {
@@ -1212,7 +1377,7 @@ mod tests {
         // The memory goal (200k znodes at a tenth of ZooKeeper's RSS) rests on
         // this: no path, no name and no derived field stored per node.
         assert!(
-            std::mem::size_of::<Node>() <= 128,
+            std::mem::size_of::<Node>() <= 112,
             "{}",
             std::mem::size_of::<Node>()
         );
@@ -1274,7 +1439,7 @@ mod tests {
         t.set_data("/n/c", None, 8, 400).unwrap();
         let n = t.get("/n").unwrap().stat();
         assert_eq!((n.pzxid.as_u64(), n.mzxid.as_u64(), n.cversion), (7, 6, 1));
-        assert_eq!(t.get("/n/c").unwrap().data, None);
+        assert_eq!(t.get("/n/c").unwrap().data(), None);
     }
 
     #[test]

@@ -92,6 +92,7 @@ async fn connect(addr: &str, timeout: Duration) -> zk::Client {
 
 #[tokio::test]
 async fn kill_9_under_load_loses_no_acknowledged_write() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let server = Rzk::spawn(dir.path(), port, "snapCount=200\n");
@@ -113,10 +114,11 @@ async fn kill_9_under_load_loses_no_acknowledged_write() {
     let acked: Acked = Arc::default();
     let mut writers = Vec::new();
     for w in 0..4 {
-        let addr = addr.clone();
+        // Connected here, before the load starts, so a writer can only end by the
+        // kill (an error reply), never by failing to connect after it.
+        let c = connect(&addr, Duration::from_secs(10)).await;
         let acked = acked.clone();
         writers.push(tokio::spawn(async move {
-            let c = connect(&addr, Duration::from_secs(10)).await;
             let opts = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all());
             for i in 0u32.. {
                 let data = format!("w{w}-{i}").into_bytes();
@@ -137,8 +139,9 @@ async fn kill_9_under_load_loses_no_acknowledged_write() {
     })
     .await;
     server.kill9();
+    // A writer's panic (a bad sequence number, a poisoned lock) fails the test here.
     for w in writers {
-        let _ = w.await;
+        w.await.expect("writer task");
     }
     drop((setup, doomed));
     let acked = acked.lock().unwrap().clone();

@@ -643,7 +643,17 @@ async fn containers_and_ttl_nodes_are_reaped() {
         || async { c.check_stat("/t").await.unwrap().is_none() },
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A sentinel: a container used and emptied after /c got its child. Once the
+    // reaper has collected it, a reaper pass has run that saw /c with its child.
+    assert!(raw.call(container_req("/s")).await.result.is_ok());
+    assert!(raw.call(create_req("/s/x", b"", 0)).await.result.is_ok());
+    c.delete("/s/x", None).await.unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the emptied sentinel container is deleted",
+        || async { c.check_stat("/s").await.unwrap().is_none() },
+    )
+    .await;
     assert!(
         c.check_stat("/c").await.unwrap().is_some(),
         "a container with a child stays"
@@ -710,4 +720,13 @@ async fn multi_read_and_sync() {
     assert_eq!(&*sync.path, "/whatever");
     assert!(s.zxid >= c.zxid);
     server.stop().await.unwrap();
+}
+
+fn container_req(path: &str) -> Request {
+    Request::CreateContainer(CreateRequest {
+        path: path.into(),
+        data: None,
+        acl: Acl::open_unsafe(),
+        flags: 4,
+    })
 }

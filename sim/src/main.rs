@@ -57,6 +57,7 @@ fn main() {
         run_failovers(start, count, nodes, kills as usize, &mut opts);
         return;
     }
+    let mut passed = 0u64;
     let mut failed = 0u64;
     let mut sim_ms = 0u64;
     let mut acked = 0usize;
@@ -64,6 +65,7 @@ fn main() {
         opts.nodes = nodes.unwrap_or(if seed % 2 == 0 { 3 } else { 5 }) as usize;
         match run(seed, &opts) {
             Ok(r) => {
+                passed += 1;
                 sim_ms += r.sim_ms;
                 acked += r.acked;
                 if one.is_some() {
@@ -79,10 +81,15 @@ fn main() {
             }
         }
     }
+    // Counted, not derived from `count`: after 5 failures the rest is not run.
+    let not_run = count - passed - failed;
     println!(
-        "{} passed, {} failed ({} simulated hours, {} acknowledged txns)",
-        count - failed,
-        failed,
+        "{passed} passed, {failed} failed{} ({} simulated hours, {} acknowledged txns)",
+        if not_run > 0 {
+            format!(", {not_run} not run (stopped after {failed} failures)")
+        } else {
+            String::new()
+        },
         sim_ms as f64 / 3_600_000.0,
         acked
     );

@@ -55,9 +55,10 @@ impl std::fmt::Display for CaughtPanic {
 
 type Slot = Arc<Mutex<Vec<CaughtPanic>>>;
 
-/// The threads registered with a live trap, and the trap's record of each.
-fn registry() -> MutexGuard<'static, HashMap<ThreadId, Slot>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<ThreadId, Slot>>> = OnceLock::new();
+/// The threads registered with a live trap, and the records of the traps that watch
+/// each (several traps may live on one thread, dropped in any order).
+fn registry() -> MutexGuard<'static, HashMap<ThreadId, Vec<Slot>>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<ThreadId, Vec<Slot>>>> = OnceLock::new();
     REGISTRY
         .get_or_init(Mutex::default)
         .lock()
@@ -80,10 +81,13 @@ fn install_hook() {
 }
 
 fn record(info: &PanicHookInfo<'_>) {
-    let slot = registry().get(&thread::current().id()).cloned();
-    let Some(slot) = slot else {
+    let slots = registry()
+        .get(&thread::current().id())
+        .cloned()
+        .unwrap_or_default();
+    if slots.is_empty() {
         return;
-    };
+    }
     let message = if let Some(s) = info.payload().downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = info.payload().downcast_ref::<String>() {
@@ -99,30 +103,37 @@ fn record(info: &PanicHookInfo<'_>) {
             .map(|l| l.to_string())
             .unwrap_or_else(|| "(unknown location)".to_owned()),
     };
-    lock(&slot).push(caught);
+    for slot in &slots {
+        lock(slot).push(caught.clone());
+    }
 }
 
-/// Removes a thread's registration when dropped, restoring the one it replaced.
+/// Registers a trap's record for the current thread until dropped.
 struct Registration {
     thread: ThreadId,
-    previous: Option<Slot>,
+    slot: Slot,
 }
 
 impl Registration {
     fn new(slot: &Slot) -> Registration {
         let thread = thread::current().id();
-        let previous = registry().insert(thread, slot.clone());
-        Registration { thread, previous }
+        registry().entry(thread).or_default().push(slot.clone());
+        Registration {
+            thread,
+            slot: slot.clone(),
+        }
     }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
         let mut r = registry();
-        match self.previous.take() {
-            Some(p) => r.insert(self.thread, p),
-            None => r.remove(&self.thread),
-        };
+        if let Some(slots) = r.get_mut(&self.thread) {
+            slots.retain(|s| !Arc::ptr_eq(s, &self.slot));
+            if slots.is_empty() {
+                r.remove(&self.thread);
+            }
+        }
     }
 }
 
@@ -207,9 +218,12 @@ impl Drop for PanicTrap {
 /// nothing on a thread without a trap.
 #[track_caller]
 pub fn check_panics() {
-    let slot = registry().get(&thread::current().id()).cloned();
-    if let Some(slot) = slot {
-        let caught = lock(&slot).clone();
+    let slots = registry()
+        .get(&thread::current().id())
+        .cloned()
+        .unwrap_or_default();
+    for slot in &slots {
+        let caught = lock(slot).clone();
         fail_if_any(&caught);
     }
 }
@@ -285,6 +299,20 @@ mod tests {
             let _ = panic::catch_unwind(|| panic!("swallowed"));
         }));
         assert!(m.contains("swallowed"), "{m}");
+    }
+
+    #[test]
+    fn two_traps_on_one_thread_both_record_and_drop_in_any_order() {
+        let first = PanicTrap::new();
+        let second = PanicTrap::new();
+        let _ = panic::catch_unwind(|| panic!("seen by both"));
+        assert_eq!(first.take().len(), 1);
+        drop(first);
+        let _ = panic::catch_unwind(|| panic!("seen by the second"));
+        let caught = second.take();
+        assert_eq!(caught.len(), 2, "{caught:?}");
+        drop(second);
+        check_panics();
     }
 
     #[test]

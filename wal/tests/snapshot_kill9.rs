@@ -69,10 +69,11 @@ fn write_snapshot(wal: &Wal, at: Zxid, len: usize) {
 #[test]
 #[ignore = "child process of kill9_during_a_snap_transfer_keeps_the_previous_state"]
 fn snapshot_kill9_child_receives() {
-    let Some(spec) = std::env::var_os(CHILD_ENV) else {
-        eprintln!("{CHILD_ENV} is not set: this test only runs as a child process");
-        return;
-    };
+    // Run any other way (`cargo test -- --ignored`), it fails rather than pass
+    // without having checked anything.
+    let spec = std::env::var_os(CHILD_ENV).unwrap_or_else(|| {
+        panic!("{CHILD_ENV} is not set: this is the child process of kill9_during_a_snap_transfer_keeps_the_previous_state, started by it")
+    });
     let spec = spec.into_string().unwrap();
     // Ends the test harness's "test ... " line, so every progress line stands
     // alone.

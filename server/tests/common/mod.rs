@@ -16,6 +16,10 @@ pub struct TestServer {
     pub addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), rzk_server::ServerError>>>,
+    /// The server's tasks (connections, the core) run on the test's thread: a panic
+    /// in any of them fails the test, at the next `eventually` or when the server is
+    /// stopped or dropped (I7: bad input never panics the server).
+    _trap: rzk_testkit::PanicTrap,
 }
 
 impl TestServer {
@@ -49,6 +53,7 @@ impl TestServer {
             addr,
             stop: Some(stop),
             task: Some(task),
+            _trap: rzk_testkit::PanicTrap::new(),
         }
     }
 
@@ -89,6 +94,7 @@ where
         if cond().await {
             return;
         }
+        rzk_testkit::check_panics();
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -114,8 +120,13 @@ pub struct Raw {
 impl Raw {
     /// Connects and sends a ConnectRequest; does not wait for the answer.
     pub async fn open(addr: SocketAddr, req: rzk_wire::ConnectRequest) -> Raw {
-        use futures::SinkExt;
         let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        Raw::open_stream(stream, req).await
+    }
+
+    /// Sends a ConnectRequest on a connected stream; does not wait for the answer.
+    pub async fn open_stream(stream: tokio::net::TcpStream, req: rzk_wire::ConnectRequest) -> Raw {
+        use futures::SinkExt;
         let mut framed = tokio_util::codec::Framed::new(stream, rzk_wire::ClientCodec::new());
         framed.send(req).await.unwrap();
         Raw {
