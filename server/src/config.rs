@@ -1066,7 +1066,11 @@ mod tests {
     #[test]
     fn zxid_counter_limit_is_a_test_knob_with_a_minimum() {
         let cfg = ServerConfig::parse("").unwrap();
-        assert_eq!(cfg.zxid_counter_limit, u32::MAX, "the whole counter by default");
+        assert_eq!(
+            cfg.zxid_counter_limit,
+            u32::MAX,
+            "the whole counter by default"
+        );
         assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
         let cfg = ServerConfig::parse("rzk.zxid.counterLimit=0xffffffff\n").unwrap();
         assert_eq!(cfg.zxid_counter_limit, u32::MAX);
@@ -1080,7 +1084,17 @@ mod tests {
         );
         let cfg = ServerConfig::parse("rzk.zxid.counterLimit=0X10\n").unwrap();
         assert_eq!(cfg.zxid_counter_limit, ZXID_COUNTER_LIMIT_MIN);
-        for bad in ["15", "0", "0x100000000", "4294967296", "-1", "1e3", "0x", "lots", ""] {
+        for bad in [
+            "15",
+            "0",
+            "0x100000000",
+            "4294967296",
+            "-1",
+            "1e3",
+            "0x",
+            "lots",
+            "",
+        ] {
             let err = ServerConfig::parse(&format!("rzk.zxid.counterLimit={bad}\n"))
                 .expect_err(bad)
                 .to_string();

@@ -69,7 +69,11 @@ async fn an_ensemble_rolls_over_twenty_epochs_without_election_or_client_error()
     assert!(s.errors.is_empty(), "client errors: {:?}", s.errors);
     assert_eq!(s.disconnects, 0, "lost connections");
     assert_eq!(s.order_violations, 0, "zxids not increasing on a session");
-    assert!(s.epochs_crossed >= 20, "{s:?}");
+    assert!(s.last.epoch().0 >= start.epoch().0 + 20, "{s:?}");
+    assert!(
+        s.rollover_zxids >= 19,
+        "rollover proposals acknowledged: {s:?}"
+    );
     assert_eq!(e.wait_settled().await, leader, "the leader changed");
     assert_eq!(looking_counts(&e).await, elections, "an election happened");
     let srvr = e.four_letter(leader, "srvr").await;
@@ -97,7 +101,8 @@ async fn standalone_rolls_over_across_a_restart_without_client_error() {
     let running = Workload::new(&server.addr.to_string(), 32)
         .start(progress.clone())
         .await;
-    wait_for_epoch(&progress, running.start.epoch(), 10, Duration::from_secs(120)).await;
+    let start = running.start;
+    wait_for_epoch(&progress, start.epoch(), 10, Duration::from_secs(120)).await;
     assert_eq!(server.looking_count().await, 1, "the first election only");
 
     progress.pause(32).await;
@@ -114,8 +119,12 @@ async fn standalone_rolls_over_across_a_restart_without_client_error() {
     for l in &logs {
         assert_eq!(l.disconnects, 1, "session {}: the restart only", l.index);
     }
-    assert!(s.epochs_crossed >= 20, "{s:?}");
-    assert_eq!(server.looking_count().await, 1, "the restart's election only");
+    assert!(s.last.epoch().0 >= start.epoch().0 + 20, "{s:?}");
+    assert_eq!(
+        server.looking_count().await,
+        1,
+        "the restart's election only"
+    );
     let problems = verify(&server.addr.to_string(), "/rollover", &logs).await;
     assert!(problems.is_empty(), "{problems:?}");
     server.stop().await;
@@ -182,11 +191,17 @@ async fn a_session_ahead_of_a_member_across_the_rollover_is_refused_until_the_me
                 }
                 other => {
                     assert!(other.is_none(), "{other:?}");
-                    assert!(std::time::Instant::now() < deadline, "member {} never accepts", m.id);
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "member {} never accepts",
+                        m.id
+                    );
                 }
             }
         };
-        let r = c.call(create_req(&format!("/after-{}", m.id), b"", 0)).await;
+        let r = c
+            .call(create_req(&format!("/after-{}", m.id), b"", 0))
+            .await;
         assert!(r.result.is_ok(), "{r:?}");
         assert!(r.zxid > ahead, "member {}: {} after {ahead}", m.id, r.zxid);
     }

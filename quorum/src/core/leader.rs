@@ -826,7 +826,6 @@ impl Peer {
         let Some(epoch) = rolled else {
             return;
         };
-        if std::env::var("BREAK_ROLLOVER").is_ok() { self.go_looking(); return; }
         let l = self.ld();
         if l.established.is_some_and(|e| e >= epoch) {
             return;

@@ -142,7 +142,9 @@ impl Workload {
         for index in 0..self.sessions {
             let w = self.clone();
             let p = progress.clone();
-            tasks.push(tokio::spawn(async move { w.session(index, p, epoch).await }));
+            tasks.push(tokio::spawn(
+                async move { w.session(index, p, epoch).await },
+            ));
         }
         Running { tasks, start }
     }
@@ -215,11 +217,8 @@ impl Workload {
             }
             last = last.max(zxid);
             log.acked.push((name, zxid));
-            log.latencies
-                .push((sent.duration_since(began), took, zxid));
-            progress
-                .max_zxid
-                .fetch_max(zxid.as_u64(), Ordering::AcqRel);
+            log.latencies.push((sent.duration_since(began), took, zxid));
+            progress.max_zxid.fetch_max(zxid.as_u64(), Ordering::AcqRel);
             progress.acked.fetch_add(1, Ordering::AcqRel);
         }
         log.disconnects = disconnects.load(Ordering::Acquire);
@@ -300,7 +299,10 @@ pub async fn connect(connect: &str, timeout: Duration) -> zk::Client {
         {
             Ok(c) => return c,
             Err(e) => {
-                assert!(Instant::now() < deadline, "cannot connect to {connect}: {e}");
+                assert!(
+                    Instant::now() < deadline,
+                    "cannot connect to {connect}: {e}"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -390,16 +392,25 @@ pub async fn verify(connect: &str, root: &str, logs: &[SessionLog]) -> Vec<Strin
         let present: std::collections::BTreeSet<String> = children.into_iter().collect();
         for (name, zxid) in &log.acked {
             if !present.contains(name) {
-                problems.push(format!("{parent}/{name} (czxid {zxid}) was acknowledged and is missing"));
+                problems.push(format!(
+                    "{parent}/{name} (czxid {zxid}) was acknowledged and is missing"
+                ));
             }
         }
         // Spot-check the czxids of the first, the last and every rollover
         // boundary.
-        for (name, zxid) in log.acked.iter().filter(|(_, z)| z.counter().0 <= 1).chain(log.acked.last()) {
+        for (name, zxid) in log
+            .acked
+            .iter()
+            .filter(|(_, z)| z.counter().0 <= 1)
+            .chain(log.acked.last())
+        {
             let path = format!("{parent}/{name}");
             match client.check_stat(&path).await {
                 Ok(Some(stat)) if Zxid::from_i64(stat.czxid) == *zxid => {}
-                Ok(other) => problems.push(format!("{path}: stat {other:?}, acknowledged czxid {zxid}")),
+                Ok(other) => {
+                    problems.push(format!("{path}: stat {other:?}, acknowledged czxid {zxid}"))
+                }
                 Err(e) => problems.push(format!("{path}: {e}")),
             }
         }
