@@ -324,7 +324,10 @@ fn persistent_node_is_back_within_a_session_timeout_after_every_fault() {
         let mut node =
             PersistentNode::start(client.clone(), NodeConfig::ephemeral(&path, "10.0.0.1:80"));
         assert_eq!(node.wait_present().await.expect("present"), path);
+        // On an ensemble the admin may be on another member than the node's creator: a
+        // read there sees the create only after a sync (ZooKeeper's rule, I6b).
         let owner = |admin: Client, path: String| async move {
+            admin.sync(&path).await.ok()?;
             admin
                 .exists(&path)
                 .await
@@ -646,6 +649,8 @@ fn counter_never_loses_or_repeats_an_increment_through_faults() {
             );
         }
         let admin = connect(&cluster.connect_string(), 10_000).await;
+        // On an ensemble this member may not have applied the last add yet (I6b).
+        admin.sync(&path).await.expect("sync");
         let (data, _) = admin.get_data(&path).await.expect("counter");
         let stored = i64::from_be_bytes(data.as_ref().try_into().expect("8 bytes"));
         values.sort();

@@ -137,6 +137,7 @@ pub(crate) fn mntr_rows(st: &ServerStats) -> Vec<(&'static str, String)> {
             st.min_response_bytes.to_string(),
         ),
         ("non_mtls_local_conn_count", "0".into()),
+        ("looking_count", st.quorum.looking_count.to_string()),
     ];
     if st.state() != "standalone" {
         rows.push(("quorum_size", st.quorum.quorum_size.to_string()));
