@@ -201,6 +201,22 @@ impl Core {
         else {
             return;
         };
+        if let Applied::Error(rzk_wire::ErrorCode::SessionMoved) = applied {
+            // ZOOKEEPER-710: SESSIONMOVED is a connection-level error. The
+            // leader thinks another member holds the session (a client that
+            // gave up on a member whose Attach reached the leader late, after
+            // the client's Attach through this member): answering the error
+            // on an open connection would fail every write of a live client
+            // until it happens to reconnect. Closing it, as ZooKeeper does,
+            // makes the client reconnect, and its Attach makes this member the
+            // owner again. The write was not applied.
+            tracing::info!(
+                request,
+                "a write of a session another member owns: closing the connection (SESSIONMOVED)"
+            );
+            self.fail_conn(id);
+            return;
+        }
         let result = write_result(&reply_as, applied);
         let reply = Reply { xid, zxid, result };
         self.send_reply(id, &reply, started);
