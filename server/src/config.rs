@@ -351,6 +351,36 @@ struct Setting {
 }
 
 impl ServerConfig {
+    /// The ensemble as ZooKeeper's quorum peers write it into
+    /// `/zookeeper/config` and print after `membership:` in `conf`: a
+    /// `server.N=host:quorumPort:electionPort:role;clientHost:clientPort` line
+    /// per member, then `version=0` (no reconfig has happened), with no final
+    /// newline. Empty on a standalone server.
+    pub fn membership_text(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        if self.servers.is_empty() {
+            return out;
+        }
+        for (id, p) in &self.servers {
+            let role = match p.role {
+                PeerRole::Participant => "participant",
+                PeerRole::Observer => "observer",
+            };
+            let client = match &p.client {
+                Some((h, port)) => format!("{h}:{port}"),
+                None => format!("{}:{}", self.client_addr.ip(), self.client_addr.port()),
+            };
+            let _ = writeln!(
+                out,
+                "server.{id}={}:{}:{}:{role};{client}",
+                p.host, p.quorum_port, p.election_port
+            );
+        }
+        out.push_str("version=0");
+        out
+    }
+
     /// Reads `file` (if any), then applies `overrides` (`key=value`, from the
     /// command line) on top, and validates the result.
     pub fn load(file: Option<&Path>, overrides: &[(String, String)]) -> Result<Self, ConfigError> {

@@ -448,7 +448,25 @@ pub async fn connect(connect: &str, session_ms: u64) -> Client {
         .expect("connect")
 }
 
-/// Wait until `f` holds, polling; fail with `what` after `limit`.
+/// Runs a test's body on a multi-thread runtime of 2 workers whose threads (workers
+/// and blocking threads) report their panics to a [`rzk_testkit::PanicTrap`]: a panic
+/// in any task of the test (a writer, a recipe's callback, the client's own tasks)
+/// fails the test with its message, even if nothing awaits that task.
+pub fn run_trapped<F: std::future::Future<Output = ()>>(body: F) {
+    let trap = rzk_testkit::PanicTrap::new();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(trap.thread_hook())
+        .build()
+        .expect("a runtime");
+    rt.block_on(body);
+    drop(rt);
+    trap.check();
+}
+
+/// Wait until `f` holds, polling; fail with `what` after `limit` (or at once when a
+/// task of the test panicked).
 pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut f: F)
 where
     F: FnMut() -> Fut,
@@ -456,6 +474,7 @@ where
 {
     let deadline = Instant::now() + limit;
     while !f().await {
+        rzk_testkit::check_panics();
         assert!(
             Instant::now() < deadline,
             "timed out after {limit:?} waiting for {what}"
