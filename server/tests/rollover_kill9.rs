@@ -555,7 +555,7 @@ fn quantiles(mut ms: Vec<f64>) -> (usize, f64, f64, f64) {
 /// in flight while R is proposed and committed. A measurement, not a test:
 /// run by hand with --ignored --nocapture.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement for BENCHMARKS.md (about 2 minutes), run by hand"]
+#[ignore = "a measurement for BENCHMARKS.md (about 1 minute), run by hand"]
 async fn rollover_pause_figures() {
     let limit: u32 = std::env::var("RZK_ROLLOVER_LIMIT")
         .ok()
