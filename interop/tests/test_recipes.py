@@ -33,7 +33,7 @@ def run_in_thread(fn, *args):
 # --- Lock -------------------------------------------------------------------------------
 
 
-def test_lock_is_exclusive_and_handed_over_on_release(new_client, base):
+def test_lock_is_exclusive_and_handed_over_on_release(new_client, base, members):
     a, b = new_client(), new_client()
     lock_a = a.Lock(f"{base}/lock", "a")
     lock_b = b.Lock(f"{base}/lock", "b")
@@ -47,6 +47,7 @@ def test_lock_is_exclusive_and_handed_over_on_release(new_client, base):
     assert result == [True]
     assert lock_b.contenders() == ["b"]
     lock_b.release()
+    members.settle()  # b's release is seen by a on another member after a sync
     assert a.get_children(f"{base}/lock") == []
 
 
@@ -192,10 +193,11 @@ def test_counter_is_exact_under_concurrent_increments(new_client, base):
 # --- Barriers ---------------------------------------------------------------------------
 
 
-def test_barrier_blocks_until_removed(new_client, base):
+def test_barrier_blocks_until_removed(new_client, base, members):
     a, b = new_client(), new_client()
     barrier = a.Barrier(f"{base}/barrier")
     barrier.create()
+    members.settle()  # b may be on another member: the barrier is up there too
     waiter = b.Barrier(f"{base}/barrier")
     _, released, result = run_in_thread(waiter.wait, EVENT_TIMEOUT)
     assert not released.wait(0.3), "wait() returned while the barrier was up"
@@ -229,13 +231,14 @@ def test_double_barrier_enters_and_leaves_together(new_client, base):
 # --- Queues -----------------------------------------------------------------------------
 
 
-def test_queue_is_fifo_within_priority(new_client, base):
+def test_queue_is_fifo_within_priority(new_client, base, members):
     producer, consumer = new_client(), new_client()
     q = producer.Queue(f"{base}/queue")
     q.put(b"first")
     q.put(b"second")
     q.put(b"urgent", priority=1)
     assert len(q) == 3
+    members.settle()  # the consumer may be on another member: it sees all three
     cq = consumer.Queue(f"{base}/queue")
     assert [cq.get(), cq.get(), cq.get()] == [b"urgent", b"first", b"second"]
     assert cq.get() is None
