@@ -52,33 +52,36 @@ def deleted_event(client, path):
     return gone
 
 
-def test_closing_the_session_deletes_its_ephemerals(new_client, base):
+def test_closing_the_session_deletes_its_ephemerals(new_client, base, members):
     owner = new_client()
     observer = new_client()
     owner.create(f"{base}/e", b"", ephemeral=True)
+    members.settle()  # the observer's member has the node its watch is set on
     gone = deleted_event(observer, f"{base}/e")
     owner.stop()
     wait_event(gone, "NodeDeleted for the closed session's ephemeral")
     assert observer.exists(f"{base}/e") is None
 
 
-def test_ephemerals_of_other_sessions_are_untouched(new_client, base):
+def test_ephemerals_of_other_sessions_are_untouched(new_client, base, members):
     a = new_client()
     b = new_client()
     a.create(f"{base}/a", b"", ephemeral=True)
     b.create(f"{base}/b", b"", ephemeral=True)
+    members.settle()  # b's member has a's node before b watches it
     gone = deleted_event(b, f"{base}/a")
     a.stop()
     wait_event(gone, "a's ephemeral to go")
     assert b.get_children(base) == ["b"]
 
 
-def test_expired_session_loses_ephemerals_and_reports_lost(new_client, base):
+def test_expired_session_loses_ephemerals_and_reports_lost(new_client, base, members):
     victim = new_client()
     observer = new_client()
     old_session = victim.client_id[0]
     victim.create(f"{base}/e1", b"", ephemeral=True)
     victim.create(f"{base}/e2-", b"", ephemeral=True, sequence=True)
+    members.settle()  # the observer's member has the nodes before it watches
     gone = deleted_event(observer, f"{base}/e1")
     states = expire_session(victim)
     wait_event(gone, "NodeDeleted for the expired session's ephemeral")
@@ -145,10 +148,11 @@ def test_reconnect_after_dropped_connection_keeps_the_session(new_client, base, 
     client.create(f"{base}/after", b"")
 
 
-def test_data_watch_catches_up_after_reconnect(new_client, base, proxy):
+def test_data_watch_catches_up_after_reconnect(new_client, base, proxy, members):
     client = new_client(hosts=proxy.hosts, connection_retry=fast_retry())
     writer = new_client()
     writer.create(f"{base}/n", b"before")
+    members.settle()  # the client's member has the node before the first read
     session_id = client.client_id[0]
     seen = Recorder()
     client.DataWatch(f"{base}/n", lambda data, stat: seen(data))
