@@ -492,6 +492,7 @@ impl<T: Transport> Driver<T> {
             role: p.role(),
             leader: p.leader(),
             epoch: p.durable_epochs().current,
+            accepted_epoch: p.durable_epochs().accepted,
             last_durable: p.last_durable_zxid(),
             committed: p.commit_known(),
             applied: p.applied(),
