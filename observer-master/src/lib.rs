@@ -42,12 +42,15 @@
 //! ```
 //!
 //! The IO side, [`ObserverMaster`], runs a tokio task that keeps the fan-out fed
-//! from its source and gives each observer a [`RelayStream`].
+//! from its source and gives each observer a [`RelayStream`]; [`grpc`] serves
+//! those streams to observers over gRPC ([`grpc::RelayService`]) and gives the
+//! observer a client that checks every transaction ([`grpc::RelayClient`]).
 
 #![deny(missing_docs)]
 
 mod error;
 mod fanout;
+pub mod grpc;
 mod master;
 mod receiver;
 mod source;
