@@ -99,6 +99,10 @@ pub(crate) struct QuorumView {
     pub pending_syncs: usize,
     /// The last applied zxid.
     pub last_zxid: Zxid,
+    /// Times this member went looking for a leader since it started (its
+    /// first election included): ZooKeeper's `looking_count`. An epoch
+    /// rollover (I3) leaves it unchanged.
+    pub looking_count: u64,
 }
 
 /// One client connection.
@@ -348,6 +352,7 @@ impl Core {
                 synced_observers: count(&|l| !l.voting && l.synced),
                 pending_syncs: if leading { q.pending_syncs } else { 0 },
                 last_zxid: self.applied,
+                looking_count: q.elections,
             },
             uptime_ms: self.started.elapsed().as_millis() as u64,
             node_count: self.tree.node_count(),
