@@ -45,6 +45,7 @@ pub mod core;
 pub mod driver;
 pub mod grpc;
 pub mod message;
+mod relay;
 mod replicator;
 pub mod storage;
 pub mod transport;
@@ -53,7 +54,7 @@ pub mod wal_storage;
 pub use driver::{DriverConfig, ZabReplicator};
 pub use replicator::{
     CommitStream, Committed, LearnerStats, PeerId, Proposal, QuorumStats, ReplicateError,
-    Replicator, Role, SyncBarrier,
+    Replicator, Role, SnapshotSource, SnapshotWriteError, SnapshotWriter, SyncBarrier,
 };
 
 /// The log's options, re-exported so that a server configures its storage

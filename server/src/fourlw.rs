@@ -138,6 +138,10 @@ pub(crate) fn mntr_rows(st: &ServerStats) -> Vec<(&'static str, String)> {
         ),
         ("non_mtls_local_conn_count", "0".into()),
         ("looking_count", st.quorum.looking_count.to_string()),
+        // rzk's own: where this member's durable log ends, as a hex zxid
+        // (tests wait on it to crash a member at a chosen step).
+        ("rzk_last_durable_zxid", st.quorum.last_durable.to_string()),
+        ("rzk_accepted_epoch", st.quorum.accepted_epoch.0.to_string()),
     ];
     if st.state() != "standalone" {
         rows.push(("quorum_size", st.quorum.quorum_size.to_string()));

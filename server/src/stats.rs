@@ -103,6 +103,11 @@ pub(crate) struct QuorumView {
     /// first election included): ZooKeeper's `looking_count`. An epoch
     /// rollover (I3) leaves it unchanged.
     pub looking_count: u64,
+    /// The last zxid in this member's durable log (it may be ahead of the
+    /// applied one: proposed or acknowledged, not yet committed).
+    pub last_durable: Zxid,
+    /// The durable acceptedEpoch (see `rzk_quorum::QuorumStats`).
+    pub accepted_epoch: rzk_zxid::Epoch,
 }
 
 /// One client connection.
@@ -353,6 +358,8 @@ impl Core {
                 pending_syncs: if leading { q.pending_syncs } else { 0 },
                 last_zxid: self.applied,
                 looking_count: q.elections,
+                last_durable: q.last_durable,
+                accepted_epoch: q.accepted_epoch,
             },
             uptime_ms: self.started.elapsed().as_millis() as u64,
             node_count: self.tree.node_count(),

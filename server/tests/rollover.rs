@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ensemble_support::Ensemble;
-use rollover_support::{summarize, verify, wait_for_epoch, Phase, Progress, Standalone, Workload};
+use rollover_support::{
+    summarize, verify, wait_for_epoch, wait_for_epoch_clean, Phase, Progress, Standalone, Workload,
+};
 use rzk_zxid::{CounterLimit, Zxid};
 
 /// A value of a `mntr` row.
@@ -60,7 +62,7 @@ async fn an_ensemble_rolls_over_twenty_epochs_without_election_or_client_error()
         .start(progress.clone())
         .await;
     let start = running.start;
-    wait_for_epoch(&progress, start.epoch(), 20, Duration::from_secs(120)).await;
+    wait_for_epoch_clean(&progress, start.epoch(), 20, Duration::from_secs(120)).await;
     progress.stop();
     let logs = running.join().await;
     let s = summarize(&logs, CounterLimit::new(LIMIT));
@@ -102,7 +104,7 @@ async fn standalone_rolls_over_across_a_restart_without_client_error() {
         .start(progress.clone())
         .await;
     let start = running.start;
-    wait_for_epoch(&progress, start.epoch(), 10, Duration::from_secs(120)).await;
+    wait_for_epoch_clean(&progress, start.epoch(), 10, Duration::from_secs(120)).await;
     assert_eq!(server.looking_count().await, 1, "the first election only");
 
     progress.pause(32).await;

@@ -21,8 +21,12 @@ pub struct SessionLog {
     /// Acknowledged creates: (node name under the session's parent, czxid),
     /// in the order they were acknowledged.
     pub acked: Vec<(String, Zxid)>,
-    /// Every error an operation returned, with the node it was for.
+    /// Every error an operation returned, with the node it was for (with
+    /// `retry_lost`, those that are not a lost answer).
     pub errors: Vec<String>,
+    /// With `retry_lost`: writes whose answer was lost with the connection
+    /// (see [`is_lost`]), each then settled on the next connection.
+    pub lost: Vec<String>,
     /// Transitions of the session to `Disconnected` after it first connected.
     pub disconnects: u64,
     /// Zxids that were not above the one before (must stay empty).
@@ -52,6 +56,9 @@ pub struct Progress {
     pub acked: AtomicU64,
     /// Sessions waiting in [`Phase::Pause`].
     pub paused: AtomicUsize,
+    /// Errors and lost connections so far, all sessions (a run that must
+    /// have none fails at the first, see [`wait_for_epoch_clean`]).
+    pub troubles: AtomicU64,
     phase: watch::Sender<Phase>,
 }
 
@@ -61,6 +68,7 @@ impl Default for Progress {
             max_zxid: AtomicU64::new(0),
             acked: AtomicU64::new(0),
             paused: AtomicUsize::new(0),
+            troubles: AtomicU64::new(0),
             phase: watch::Sender::new(Phase::Run),
         }
     }
@@ -154,11 +162,13 @@ impl Workload {
         let disconnects = Arc::new(AtomicU64::new(0));
         let mut watcher = client.state_watcher();
         let count = disconnects.clone();
+        let p = progress.clone();
         let watching = tokio::spawn(async move {
             loop {
                 match watcher.changed().await {
                     zk::SessionState::Disconnected => {
                         count.fetch_add(1, Ordering::AcqRel);
+                        p.troubles.fetch_add(1, Ordering::AcqRel);
                     }
                     zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {}
                     zk::SessionState::AuthFailed
@@ -200,15 +210,20 @@ impl Workload {
             let zxid = match result {
                 Ok((stat, _)) => Zxid::from_i64(stat.czxid),
                 Err(e) => {
-                    log.errors.push(format!("{path}: {e}"));
-                    if !self.retry_lost || e != zk::Error::ConnectionLoss {
+                    progress.troubles.fetch_add(1, Ordering::AcqRel);
+                    if !self.retry_lost || !is_lost(&e) {
+                        log.errors.push(format!("{path}: {e}"));
                         continue;
                     }
+                    log.lost.push(format!("{path}: {e}"));
                     // The answer was lost: the create may or may not have been
                     // applied. Find out on the next connection.
                     match settle_lost_create(&client, &path, &data).await {
                         Some(z) => z,
-                        None => continue,
+                        None => {
+                            log.errors.push(format!("{path}: lost, and not settled"));
+                            continue;
+                        }
                     }
                 }
             };
@@ -228,6 +243,19 @@ impl Workload {
     }
 }
 
+/// Whether an error means the answer was lost with the connection (reset,
+/// closed, timed out): the write may or may not have been applied.
+pub fn is_lost(e: &zk::Error) -> bool {
+    matches!(
+        e,
+        zk::Error::ConnectionLoss
+            | zk::Error::Timeout
+            | zk::Error::NoHosts
+            | zk::Error::UnexpectedError(_)
+            | zk::Error::Custom(_)
+    )
+}
+
 /// Retries a create whose answer was lost until it is known applied (its
 /// czxid) or known not applied (created now, under a new zxid). `None` if
 /// the session ended.
@@ -241,7 +269,7 @@ async fn settle_lost_create(client: &zk::Client, path: &str, data: &[u8]) -> Opt
                 Ok(None) => return None,
                 Err(_) => {}
             },
-            Err(zk::Error::ConnectionLoss) => {}
+            Err(e) if is_lost(&e) => {}
             Err(_) => return None,
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -259,7 +287,7 @@ async fn create_retrying(
     loop {
         match client.create(path, data, &open()).await {
             Ok(_) | Err(zk::Error::NodeExists) => return Ok(()),
-            Err(zk::Error::ConnectionLoss) if retry && Instant::now() < deadline => {
+            Err(e) if retry && is_lost(&e) && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(20)).await
             }
             Err(e) => return Err(e),
@@ -320,6 +348,29 @@ pub async fn wait_for_epoch(progress: &Progress, from: Epoch, rollovers: u32, ma
             "no zxid of epoch {target} within {max:?}: at {} after {} writes",
             progress.max_zxid(),
             progress.acked.load(Ordering::Acquire)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// As [`wait_for_epoch`], and fails at the first error or lost connection
+/// (instead of waiting for epochs that may never come).
+pub async fn wait_for_epoch_clean(progress: &Progress, from: Epoch, rollovers: u32, max: Duration) {
+    let deadline = Instant::now() + max;
+    let target = Epoch(from.0 + rollovers);
+    while progress.max_zxid().epoch() < target {
+        let troubles = progress.troubles.load(Ordering::Acquire);
+        assert_eq!(
+            troubles,
+            0,
+            "errors or lost connections at {} after {} writes",
+            progress.max_zxid(),
+            progress.acked.load(Ordering::Acquire)
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no zxid of epoch {target} within {max:?}: at {}",
+            progress.max_zxid()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
