@@ -703,7 +703,7 @@ impl Core {
             }
             Route::Auth => {
                 if let Request::Auth(packet) = &frame.request {
-                    self.on_auth(id, &packet.scheme, &packet.auth);
+                    self.on_auth(id, xid, &packet.scheme, &packet.auth);
                 }
             }
             Route::Close => {
@@ -749,7 +749,7 @@ impl Core {
         }
     }
 
-    fn on_auth(&mut self, id: ConnId, scheme: &str, auth: &[u8]) {
+    fn on_auth(&mut self, id: ConnId, xid: Xid, scheme: &str, auth: &[u8]) {
         let super_digest = self.cfg.server.super_digest.clone();
         let Some(conn) = self.conns.get_mut(&id) else {
             return;
@@ -762,10 +762,13 @@ impl Core {
             super_digest.as_deref(),
         );
         // doc §12.6: auth is answered at once, outside the ordered pipeline,
-        // with zxid 0.
+        // with zxid 0 and the request's own xid: Java clients send -4, but
+        // ZooKeeper echoes whatever came, and the `zookeeper-client` crate
+        // numbers its auth packets like any request and matches the reply by
+        // that number (a reply with -4 made it drop the connection, forever).
         let reply = match outcome {
-            AuthOutcome::Added => Reply::ok(Xid::AUTH, Zxid::ZERO, Response::Empty),
-            AuthOutcome::Failed => Reply::error(Xid::AUTH, Zxid::ZERO, ErrorCode::AuthFailed),
+            AuthOutcome::Added => Reply::ok(xid, Zxid::ZERO, Response::Empty),
+            AuthOutcome::Failed => Reply::error(xid, Zxid::ZERO, ErrorCode::AuthFailed),
         };
         conn.stats.sent += 1;
         self.stats.packets_sent += 1;
