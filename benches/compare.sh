@@ -12,7 +12,10 @@ loopback ports with equivalent settings (tickTime=2000, fsync on, the same snapC
 maxClientCnxns=0, 4lw.commands.whitelist=*), runs each workload against each server
 alternately for several rounds, and prints medians and rzk/ZooKeeper ratios.
 
-  --mode standalone        topology (only standalone exists until replication lands)
+  --mode standalone|ensemble
+                           topology: one server of each (default), or 3 ZooKeeper members
+                           against 3 rzk members, each run's sessions spread over the
+                           members (benches/scripts/ensemble.sh; throughput only)
   --rounds N               rounds of every workload on both servers (default 3)
   --seconds S              seconds per run (default 5)
   --workloads a,b,..       default: create,set,get,exists,children,delete,mixed,mix,multi,watch,storm
@@ -126,9 +129,8 @@ while [ $# -gt 0 ]; do
 done
 
 case $MODE in
-standalone) ;;
-ensemble) die "--mode ensemble: rzk has no replication between servers yet; only --mode standalone exists" ;;
-*) die "--mode $MODE: unknown mode (only 'standalone' exists)" ;;
+standalone | ensemble) ;;
+*) die "--mode $MODE: unknown mode (standalone or ensemble)" ;;
 esac
 if [ $QUICK = 1 ]; then
   [ $rounds_given = 1 ] || ROUNDS=1
@@ -334,6 +336,11 @@ storm() {
 # shellcheck source=scripts/footprint.sh
 source "$REPO_ROOT/benches/scripts/footprint.sh"
 
+if [ "$MODE" = ensemble ]; then
+  # shellcheck source=scripts/ensemble.sh
+  source "$REPO_ROOT/benches/scripts/ensemble.sh"
+  ensemble_main # its own runs and report; exits
+fi
 [ $THROUGHPUT = 0 ] || throughput
 [ $THROUGHPUT = 0 ] || [ $STORM = 0 ] || storm
 [ $FOOTPRINT = 0 ] || footprint

@@ -1,5 +1,6 @@
 """Runs the interop suite against Apache ZooKeeper 3.8 and, when it exists, against rzk, and
-compares the two.
+compares the two; standalone (one server each), as an ensemble of three members each (the
+suite gets a connect string of all three), or both (--mode).
 
 The rule for rzk: if `server/src/main.rs` does not exist, the rzk server has not been
 written yet and the suite runs against Apache ZooKeeper only (this is the one case in
@@ -26,6 +27,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 ZK = "Apache ZooKeeper"
 RZK = "rzk"
+
+# --mode: what each server is started as. The labels name the servers in the tables; the
+# slug names the junit files.
+MODES = {
+    "standalone": {
+        ZK: servers.start_zookeeper,
+        RZK: servers.start_rzk,
+        "suffix": "",
+    },
+    "ensemble": {
+        ZK: servers.start_zookeeper_ensemble,
+        RZK: servers.start_rzk_ensemble,
+        "suffix": f" x{servers.ENSEMBLE_SIZE}",
+    },
+}
 
 OUTCOMES = ("passed", "failed", "error", "skipped")
 
@@ -58,12 +74,14 @@ def parse_junit(path):
 
 def run_suite(label, server, work_dir, pytest_args):
     """Runs pytest against `server`; returns {test id: outcome}."""
-    slug = "zookeeper" if label == ZK else "rzk"
+    slug = ("zookeeper" if label.startswith(ZK) else "rzk") + (
+        "-ensemble" if len(server.members) > 1 else ""
+    )
     junit = os.path.join(work_dir, f"{slug}-junit.xml")
     if os.path.exists(junit):
         os.remove(junit)
     env = dict(os.environ)
-    env.update(servers.suite_env(server.port))
+    env.update(servers.suite_env(server))
     cmd = [
         sys.executable,
         "-m",
@@ -130,8 +148,9 @@ def counts(results):
     return {o: sum(1 for v in results.values() if v == o) for o in OUTCOMES}
 
 
-def print_summary(zk_results, rzk_results):
-    labels = [ZK] + ([RZK] if rzk_results is not None else [])
+def print_summary(zk_results, rzk_results, suffix=""):
+    zk_label, rzk_label = ZK + suffix, RZK + suffix
+    labels = [zk_label] + ([rzk_label] if rzk_results is not None else [])
     tables = [counts(zk_results)] + ([counts(rzk_results)] if rzk_results is not None else [])
     width = max(len(label) for label in labels) + 2
     print()
@@ -150,13 +169,41 @@ def print_summary(zk_results, rzk_results):
     ]
     print()
     if not diffs:
-        print("no per-test differences between Apache ZooKeeper and rzk")
+        print(f"no per-test differences between {zk_label} and {rzk_label}")
         return []
     name_width = max(len(i) for i, _, _ in diffs)
-    print("differences".ljust(name_width) + f"  {ZK:>16}  {RZK:>8}")
+    print("differences".ljust(name_width) + f"  {zk_label:>20}  {rzk_label:>10}")
     for test_id, a, b in diffs:
-        print(test_id.ljust(name_width) + f"  {a:>16}  {b:>8}")
+        print(test_id.ljust(name_width) + f"  {a:>20}  {b:>10}")
     return [d for d in diffs if d[1] == "passed" and d[2] != "passed"]
+
+
+def run_mode(mode, args, binary):
+    """One mode: the suite against Apache ZooKeeper, then against rzk (when it exists).
+    Returns (exit status, final counts line)."""
+    starts, suffix = MODES[mode], MODES[mode]["suffix"]
+    zk_label, rzk_label = ZK + suffix, RZK + suffix
+    zk_results = against(zk_label, starts[ZK], args.work_dir, args.pytest_args)
+    rzk_results = None
+    if binary is not None:
+        rzk_results = against(rzk_label, starts[RZK], args.work_dir, args.pytest_args, binary)
+
+    regressions = print_summary(zk_results, rzk_results, suffix)
+    status = 0
+    zk_bad = [i for i, o in zk_results.items() if o in ("failed", "error")]
+    if zk_bad:
+        log(f"{mode}: {len(zk_bad)} test(s) fail against {zk_label}, the reference: the "
+            "suite itself is wrong there")
+        status = 1
+    if regressions:
+        log(f"{mode}: {len(regressions)} test(s) pass on {zk_label} but not on {rzk_label}")
+        status = 1
+    final = rzk_results if rzk_results is not None else zk_results
+    c = counts(final)
+    which = rzk_label if rzk_results is not None else zk_label
+    log(f"{which}: {c['passed']} passed, {c['failed'] + c['error']} failed, "
+        f"{c['skipped']} skipped")
+    return status, f"{which}: {c['passed']} passed, {c['failed'] + c['error']} failed"
 
 
 def main():
@@ -164,6 +211,9 @@ def main():
     parser.add_argument("--zookeeper-only", action="store_true",
                         help="do not build or run rzk, even if it exists")
     parser.add_argument("--rzk-bin", help="test this rzk binary instead of building one")
+    parser.add_argument("--mode", choices=("standalone", "ensemble", "all"), default="standalone",
+                        help="one server of each (default), an ensemble of "
+                        f"{servers.ENSEMBLE_SIZE} of each, or both one after the other")
     parser.add_argument("--work-dir", default=os.path.join(HERE, "work"),
                         help="where logs, configs and junit files go (default interop/work)")
     parser.add_argument("pytest_args", nargs="*",
@@ -174,9 +224,10 @@ def main():
     # behind; turning it into SystemExit runs the `finally` that stops them.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
+    modes = ["standalone", "ensemble"] if args.mode == "all" else [args.mode]
+    status, lines = 0, []
     try:
-        zk_results = against(ZK, servers.start_zookeeper, args.work_dir, args.pytest_args)
-        rzk_results = None
+        binary = None
         if args.zookeeper_only:
             log("--zookeeper-only: rzk not run")
         else:
@@ -184,30 +235,15 @@ def main():
             if binary is None:
                 log("rzk server not available: suite run against Apache ZooKeeper only "
                     "(server/src/main.rs does not exist yet)")
-            else:
-                rzk_results = against(
-                    RZK, servers.start_rzk, args.work_dir, args.pytest_args, binary
-                )
+        for mode in modes:
+            mode_status, line = run_mode(mode, args, binary)
+            status = max(status, mode_status)
+            lines.append(line)
     except (RunError, servers.ServerError) as e:
         log(f"ERROR: {e}")
         return 2
-
-    regressions = print_summary(zk_results, rzk_results)
-    status = 0
-    zk_bad = [i for i, o in zk_results.items() if o in ("failed", "error")]
-    if zk_bad:
-        log(f"{len(zk_bad)} test(s) fail against Apache ZooKeeper, the reference: the suite "
-            "itself is wrong there")
-        status = 1
-    if regressions:
-        log(f"{len(regressions)} test(s) pass on Apache ZooKeeper but not on rzk")
-        status = 1
-    final = rzk_results if rzk_results is not None else zk_results
-    c = counts(final)
-    which = RZK if rzk_results is not None else ZK
-    log(f"{which}: {c['passed']} passed, {c['failed'] + c['error']} failed, "
-        f"{c['skipped']} skipped")
-    print(f"interop: {c['passed']} passed, {c['failed'] + c['error']} failed")
+    for line in lines:
+        print(f"interop: {line}")
     return status
 
 

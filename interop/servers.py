@@ -8,6 +8,12 @@ file.
 
 Every server runs in the foreground as a child of the runner, on a port found by binding
 port 0, with its data in a fresh temporary directory, and is stopped by its PID.
+
+An ensemble (`start_zookeeper_ensemble`, `start_rzk_ensemble`) is ENSEMBLE_SIZE such
+processes whose zoo.cfg files add initLimit, syncLimit and the same `server.N=` lines (every
+port bound to port 0 first), with `myid` in each dataDir: started the way an operator starts
+one, from files only. Apache ZooKeeper's members run QuorumPeerMain, with the same JVM
+flags as the standalone server (-Xmx, no -Xms).
 """
 
 import os
@@ -36,6 +42,13 @@ SUPER_PASSWORD = "interop-super-secret"
 
 ZOOKEEPER_JARS = "/usr/share/java"
 ZOOKEEPER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
+ZOOKEEPER_QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+# Ensemble mode: members per ensemble, and the ensemble settings (in ticks of
+# TICK_TIME_MS) every member's zoo.cfg adds to the common ones.
+ENSEMBLE_SIZE = 3
+INIT_LIMIT_TICKS = 10
+SYNC_LIMIT_TICKS = 5
 
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 15.0
@@ -65,7 +78,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def write_zoo_cfg(path, port, data_dir):
+def write_zoo_cfg(path, port, data_dir, members=None):
+    """Writes the zoo.cfg both servers get. `members` (ensemble mode) is the list of
+    `server.N=...` lines every member shares; without it the server is standalone."""
     lines = [
         "# Written by interop/servers.py: the same file for Apache ZooKeeper and rzk.",
         f"tickTime={TICK_TIME_MS}",
@@ -84,20 +99,26 @@ def write_zoo_cfg(path, port, data_dir):
         f"superDigest={super_digest()}",
         f"znode.container.checkIntervalMs={CONTAINER_CHECK_INTERVAL_MS}",
     ]
+    if members:
+        lines += [f"initLimit={INIT_LIMIT_TICKS}", f"syncLimit={SYNC_LIMIT_TICKS}", *members]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
-def suite_env(port):
-    """The environment variables that point the pytest suite at a server started here."""
-    return {
-        "INTEROP_ZK_SERVER": f"{HOST}:{port}",
+def suite_env(server):
+    """The environment variables that point the pytest suite at a server (or ensemble)
+    started here."""
+    env = {
+        "INTEROP_ZK_SERVER": server.hosts,
         "INTEROP_TTL": "1",
         "INTEROP_SUPER_AUTH": f"{SUPER_USER}:{SUPER_PASSWORD}",
         "INTEROP_MIN_SESSION_TIMEOUT_MS": str(MIN_SESSION_TIMEOUT_MS),
         "INTEROP_MAX_SESSION_TIMEOUT_MS": str(MAX_SESSION_TIMEOUT_MS),
         "INTEROP_CONTAINER_REAPER": "1",
     }
+    if server.server_lines:
+        env["INTEROP_SERVER_LINES"] = "\n".join(server.server_lines)
+    return env
 
 
 class Server:
@@ -112,12 +133,23 @@ class Server:
         self.log_path = log_path
         self.cwd = cwd
         self.proc = None
+        # The server.N lines of its zoo.cfg (none: standalone).
+        self.server_lines = []
 
     @property
     def hosts(self):
         return f"{HOST}:{self.port}"
 
+    @property
+    def members(self):
+        return [self.hosts]
+
     def start(self):
+        """Launches the process and waits until it grants a session."""
+        self.launch()
+        return self.wait_ready(time.monotonic() + READY_TIMEOUT_S)
+
+    def launch(self):
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
@@ -130,7 +162,9 @@ class Server:
             )
         finally:
             log.close()
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        return self
+
+    def wait_ready(self, deadline):
         # Readiness is a real handshake: the server grants a session and closes it. Polling
         # with a deadline is the only way to wait for a port another process opens.
         while time.monotonic() < deadline:
@@ -182,12 +216,12 @@ class Server:
         self.stop()
 
 
-def _prepare(name, work_dir):
+def _prepare(name, work_dir, port=None, members=None):
     os.makedirs(work_dir, exist_ok=True)
     data_dir = tempfile.mkdtemp(prefix=f"rzk-interop-{name}-")
-    port = free_port()
+    port = port or free_port()
     cfg = os.path.join(work_dir, f"{name}-zoo.cfg")
-    write_zoo_cfg(cfg, port, data_dir)
+    write_zoo_cfg(cfg, port, data_dir, members)
     log_path = os.path.join(work_dir, f"{name}-server.log")
     if os.path.exists(log_path):
         os.remove(log_path)
@@ -210,18 +244,17 @@ def zookeeper_classpath(conf_dir):
     return ":".join([conf_dir] + jars)
 
 
-def start_zookeeper(work_dir):
-    """Starts Apache ZooKeeper (the Debian package's jars) in the foreground."""
+def _zookeeper_argv(work_dir, cfg, main):
     java = shutil.which("java")
     if java is None:
         raise ServerError("java is not on PATH (Debian: apt-get install -y default-jre-headless)")
-    data_dir, port, cfg, log_path = _prepare("zookeeper", work_dir)
     conf_dir = os.path.join(work_dir, "zookeeper-conf")
     os.makedirs(conf_dir, exist_ok=True)
     with open(os.path.join(conf_dir, "log4j.properties"), "w") as f:
         f.write(LOG4J_PROPERTIES)
     argv = [
         java,
+        # A ceiling, not a reservation (no -Xms): the heap grows as it is used.
         "-Xmx512m",
         # No admin HTTP server: it would bind port 8080, which other servers on this
         # machine may hold.
@@ -234,9 +267,16 @@ def start_zookeeper(work_dir):
         f"-Dlog4j.configuration=file:{conf_dir}/log4j.properties",
         "-cp",
         zookeeper_classpath(conf_dir),
-        ZOOKEEPER_MAIN,
+        main,
         cfg,
     ]
+    return argv, conf_dir
+
+
+def start_zookeeper(work_dir):
+    """Starts Apache ZooKeeper (the Debian package's jars) in the foreground."""
+    data_dir, port, cfg, log_path = _prepare("zookeeper", work_dir)
+    argv, conf_dir = _zookeeper_argv(work_dir, cfg, ZOOKEEPER_MAIN)
     return Server("zookeeper", argv, conf_dir, data_dir, port, log_path, work_dir).start()
 
 
@@ -244,6 +284,106 @@ def start_rzk(binary, work_dir):
     """Starts `rzk <zoo.cfg>` in the foreground."""
     data_dir, port, cfg, log_path = _prepare("rzk", work_dir)
     return Server("rzk", [binary, cfg], None, data_dir, port, log_path, work_dir).start()
+
+
+class Ensemble:
+    """ENSEMBLE_SIZE server processes configured as one ensemble (the same server.N lines
+    in every zoo.cfg, myid in each dataDir). Offers what the runner uses of a `Server`:
+    `hosts` (the connect string of every member), `members`, `alive`, `stop`, `cleanup`,
+    `log_tail`, `log_path`, `proc`."""
+
+    def __init__(self, name, members, server_lines):
+        self.name = name
+        self.servers = members
+        # The server.N lines every member's zoo.cfg has.
+        self.server_lines = server_lines
+
+    @property
+    def hosts(self):
+        return ",".join(self.members)
+
+    @property
+    def members(self):
+        return [m.hosts for m in self.servers]
+
+    @property
+    def log_path(self):
+        return ", ".join(m.log_path for m in self.servers)
+
+    @property
+    def proc(self):
+        """The first member that exited (for its return code), else the first member's."""
+        dead = [m.proc for m in self.servers if not m.alive()]
+        return (dead or [self.servers[0].proc])[0]
+
+    def start(self):
+        for m in self.servers:
+            m.launch()
+        # Members elect a leader among themselves; each serves once it has synced with it.
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        try:
+            for m in self.servers:
+                m.wait_ready(deadline)
+        except ServerError:
+            self.stop()
+            self.cleanup()
+            raise
+        return self
+
+    def alive(self):
+        return all(m.alive() for m in self.servers)
+
+    def stop(self):
+        for m in self.servers:
+            m.stop()
+
+    def cleanup(self):
+        for m in self.servers:
+            m.cleanup()
+
+    def log_tail(self, lines=40):
+        return "\n".join(f"--- {m.name}\n{m.log_tail(lines)}" for m in self.servers)
+
+
+def _ensemble_configs(name, work_dir):
+    """The shared server lines, and per member (member name, data dir, client port,
+    zoo.cfg, log), with the server lines written into every zoo.cfg and each member's
+    myid into its dataDir."""
+    ids = range(1, ENSEMBLE_SIZE + 1)
+    ports = {i: (free_port(), free_port(), free_port()) for i in ids}  # client, quorum, election
+    members = [
+        f"server.{i}={HOST}:{quorum}:{election};{HOST}:{client}"
+        for i, (client, quorum, election) in ports.items()
+    ]
+    out = []
+    for i in ids:
+        member = f"{name}-{i}"
+        data_dir, port, cfg, log_path = _prepare(member, work_dir, ports[i][0], members)
+        os.makedirs(os.path.join(data_dir, "data"), exist_ok=True)
+        with open(os.path.join(data_dir, "data", "myid"), "w") as f:
+            f.write(f"{i}\n")
+        out.append((member, data_dir, port, cfg, log_path))
+    return members, out
+
+
+def start_zookeeper_ensemble(work_dir):
+    """Starts an Apache ZooKeeper ensemble (QuorumPeerMain, one JVM per member)."""
+    lines, configs = _ensemble_configs("zookeeper-ensemble", work_dir)
+    servers = []
+    for member, data_dir, port, cfg, log_path in configs:
+        argv, conf_dir = _zookeeper_argv(work_dir, cfg, ZOOKEEPER_QUORUM_MAIN)
+        servers.append(Server(member, argv, conf_dir, data_dir, port, log_path, work_dir))
+    return Ensemble("zookeeper-ensemble", servers, lines).start()
+
+
+def start_rzk_ensemble(binary, work_dir):
+    """Starts an rzk ensemble: `rzk <zoo.cfg>` per member."""
+    lines, configs = _ensemble_configs("rzk-ensemble", work_dir)
+    servers = [
+        Server(member, [binary, cfg], None, data_dir, port, log_path, work_dir)
+        for member, data_dir, port, cfg, log_path in configs
+    ]
+    return Ensemble("rzk-ensemble", servers, lines).start()
 
 
 def start_with_retry(start, *args, attempts=3):

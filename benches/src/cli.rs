@@ -51,7 +51,9 @@ pub enum Command {
 /// `rzk-bench run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The server, host:port.
+    /// The server, host:port; or an ensemble's connect string,
+    /// host:port,host:port,... (session i connects to member i modulo their
+    /// number).
     #[arg(long, default_value = "127.0.0.1:2181")]
     pub server: String,
     /// The workload.
@@ -98,9 +100,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub keys_per_session: Option<usize>,
     /// The server's process id (same machine): its CPU time during the timed
-    /// phase is reported, per operation too.
-    #[arg(long)]
-    pub server_pid: Option<u32>,
+    /// phase is reported, per operation too. An ensemble's members:
+    /// pid,pid,... (their CPU time is summed).
+    #[arg(long, value_delimiter = ',')]
+    pub server_pid: Vec<u32>,
 }
 
 /// `rzk-bench populate`.
@@ -288,6 +291,12 @@ impl RunArgs {
                 "--session-timeout-ms must be positive".into(),
             ));
         }
+        if self.server.split(',').any(|m| m.trim().is_empty()) {
+            return Err(BenchError::Options(format!(
+                "--server {:?}: an empty member (expected host:port or host:port,host:port,...)",
+                self.server
+            )));
+        }
         if self.workload == WorkloadKind::Watch && self.watchers == 0 {
             return Err(BenchError::Options("--watchers must be at least 1".into()));
         }
@@ -341,7 +350,7 @@ impl RunArgs {
             progress_seconds: self.progress_seconds,
             seed: self.seed.unwrap_or(clock_seed),
             keys_per_session,
-            server_pid: self.server_pid,
+            server_pids: self.server_pid,
         })
     }
 }
@@ -443,6 +452,40 @@ mod tests {
         assert_eq!(o.seed, 7);
         assert!(o.namespace.starts_with("/rzk-bench-"), "{}", o.namespace);
         assert_eq!(o.keys_per_session, DEFAULT_KEYS_PER_SESSION);
+    }
+
+    #[test]
+    fn run_spreads_sessions_over_an_ensembles_members_and_sums_their_cpu() {
+        let o = run_options(&[
+            "run",
+            "--server",
+            "127.0.0.1:1,127.0.0.1:2, 127.0.0.1:3",
+            "--workload",
+            "get",
+            "--server-pid",
+            "10,11,12",
+        ])
+        .unwrap();
+        assert_eq!(o.members(), 3);
+        let seen: Vec<&str> = (0..7).map(|i| o.member(i)).collect();
+        assert_eq!(
+            seen,
+            [
+                "127.0.0.1:1",
+                "127.0.0.1:2",
+                "127.0.0.1:3",
+                "127.0.0.1:1",
+                "127.0.0.1:2",
+                "127.0.0.1:3",
+                "127.0.0.1:1"
+            ]
+        );
+        assert_eq!(o.server_pids, [10, 11, 12]);
+        let one = run_options(&["run", "--workload", "get", "--server-pid", "5"]).unwrap();
+        assert_eq!((one.members(), one.member(4)), (1, "127.0.0.1:2181"));
+        assert_eq!(one.server_pids, [5]);
+        let err = run_options(&["run", "--workload", "get", "--server", "h:1,,h:2"]).unwrap_err();
+        assert!(err.contains("an empty member"), "{err}");
     }
 
     #[test]

@@ -57,6 +57,16 @@ impl CpuTime {
     }
 }
 
+/// The CPU time of several processes together (the members of an ensemble).
+impl std::iter::Sum for CpuTime {
+    fn sum<I: Iterator<Item = CpuTime>>(iter: I) -> CpuTime {
+        iter.fold(CpuTime::default(), |a, b| CpuTime {
+            user_s: a.user_s + b.user_s,
+            sys_s: a.sys_s + b.sys_s,
+        })
+    }
+}
+
 /// The number of cores the machine offers this process.
 pub fn cores() -> usize {
     std::thread::available_parallelism()

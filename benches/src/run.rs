@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use rzk_wire::{
     ByteString, DeleteRequest, ErrorCode, GetAllChildrenNumberRequest, GetChildren2Request,
-    GetChildrenRequest, Request, Response,
+    GetChildrenRequest, Request, Response, SyncRequest,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -32,7 +32,9 @@ pub enum Limit {
 /// Everything `rzk-bench run` needs (the command line, parsed and checked).
 #[derive(Clone, Debug)]
 pub struct RunOptions {
-    /// `host:port` of the server under test.
+    /// `host:port` of the server under test, or the connect string of an
+    /// ensemble (`host:port,host:port,...`): session `i` then connects to
+    /// member `i` modulo the number of members ([`RunOptions::member`]).
     pub server: String,
     /// The workload.
     pub workload: WorkloadKind,
@@ -59,9 +61,27 @@ pub struct RunOptions {
     /// Keys each session owns (get, set, exists, mixed, mix; the pool of
     /// `delete` in a timed run).
     pub keys_per_session: usize,
-    /// The server's process id, when it runs on this machine: its CPU time
-    /// during the timed phase is then reported (`server_cpu_*` in the JSON).
-    pub server_pid: Option<u32>,
+    /// The server's process ids (one per member of an ensemble), when it
+    /// runs on this machine: their CPU time during the timed phase, summed,
+    /// is then reported (`server_cpu_*` in the JSON). Empty: not measured.
+    pub server_pids: Vec<u32>,
+}
+
+impl RunOptions {
+    /// The member of [`RunOptions::server`] that session `i` connects to:
+    /// sessions are spread round-robin over the members, so a run with as
+    /// many sessions as members (or a multiple) loads each equally. The
+    /// run's own bookkeeping connections (namespace, count check, cleanup)
+    /// use member 0.
+    pub fn member(&self, i: usize) -> &str {
+        let members: Vec<&str> = self.server.split(',').map(str::trim).collect();
+        members[i % members.len()]
+    }
+
+    /// How many members [`RunOptions::server`] names.
+    pub fn members(&self) -> usize {
+        self.server.split(',').count()
+    }
 }
 
 /// A namespace nobody else uses: `/rzk-bench-<pid>-<nanoseconds>` in hex.
@@ -80,7 +100,7 @@ pub fn fresh_namespace() -> String {
 /// `cancel` ends the timed phase early (Ctrl-C); the namespace is still
 /// cleaned up.
 pub async fn run(opts: &RunOptions, cancel: CancellationToken) -> Result<Report, BenchError> {
-    let mut admin = Conn::connect(&opts.server, opts.session_timeout_ms, CONNECT_LIMIT).await?;
+    let mut admin = Conn::connect(opts.member(0), opts.session_timeout_ms, CONNECT_LIMIT).await?;
     let ns: ByteString = opts.namespace.as_str().into();
     admin
         .call_ok(&create_request(
@@ -109,7 +129,7 @@ pub async fn run(opts: &RunOptions, cancel: CancellationToken) -> Result<Report,
     };
     // Clean up whatever happened, then report the first failure.
     let cleanup = async {
-        let mut conn = Conn::connect(&opts.server, opts.session_timeout_ms, CONNECT_LIMIT).await?;
+        let mut conn = connect_synced(opts).await?;
         delete_tree(&mut conn, &ns).await?;
         conn.close().await
     }
@@ -197,8 +217,9 @@ pub struct TimedPhase {
     clock: CancellationToken,
     /// The generator's CPU time when the phase began.
     cpu_start: CpuTime,
-    /// The server's process and its CPU time when the phase began.
-    server_start: Option<(u32, CpuTime)>,
+    /// The server's processes and their CPU time when the phase began (none
+    /// if a process id was not given or not readable).
+    server_start: Option<Vec<(u32, CpuTime)>>,
     /// When the phase began.
     started: Instant,
 }
@@ -210,7 +231,8 @@ pub struct PhaseEnd {
     pub seconds: f64,
     /// The generator's CPU time.
     pub cpu: CpuTime,
-    /// The server's CPU time, if its process id was given and readable.
+    /// The server's CPU time (summed over its processes), if their process
+    /// ids were given and readable.
     pub server_cpu: Option<CpuTime>,
 }
 
@@ -232,9 +254,14 @@ impl TimedPhase {
         TimedPhase {
             clock,
             cpu_start: CpuTime::now(),
-            server_start: opts
-                .server_pid
-                .and_then(|pid| Some((pid, CpuTime::of_pid(pid)?))),
+            server_start: (!opts.server_pids.is_empty())
+                .then(|| {
+                    opts.server_pids
+                        .iter()
+                        .map(|&pid| Some((pid, CpuTime::of_pid(pid)?)))
+                        .collect::<Option<Vec<_>>>()
+                })
+                .flatten(),
             started: Instant::now(),
         }
     }
@@ -243,9 +270,12 @@ impl TimedPhase {
     pub fn finish(self) -> PhaseEnd {
         let seconds = self.started.elapsed().as_secs_f64();
         let cpu = CpuTime::now().since(self.cpu_start);
-        let server_cpu = self
-            .server_start
-            .and_then(|(pid, start)| Some(CpuTime::of_pid(pid)?.since(start)));
+        let server_cpu = self.server_start.and_then(|starts| {
+            starts
+                .into_iter()
+                .map(|(pid, start)| Some(CpuTime::of_pid(pid)?.since(start)))
+                .sum::<Option<CpuTime>>()
+        });
         self.clock.cancel();
         PhaseEnd {
             seconds,
@@ -328,7 +358,7 @@ async fn run_pipelined(
     let pool = Arc::new(ValuePool::new(opts.value_bytes));
     let conns = join_all(
         (0..opts.sessions)
-            .map(|_| Conn::connect(&opts.server, opts.session_timeout_ms, CONNECT_LIMIT)),
+            .map(|s| Conn::connect(opts.member(s), opts.session_timeout_ms, CONNECT_LIMIT)),
     )
     .await;
     let mut sessions = Vec::with_capacity(opts.sessions);
@@ -351,11 +381,12 @@ async fn run_pipelined(
     let phase = TimedPhase::start(opts, &budget, &live, cancel);
     let tasks: Vec<_> = sessions
         .into_iter()
-        .map(|mut session| {
+        .enumerate()
+        .map(|(s, mut session)| {
             let (budget, live, server, inflight) = (
                 budget.clone(),
                 live.clone(),
-                opts.server.clone(),
+                opts.member(s).to_owned(),
                 opts.inflight,
             );
             tokio::spawn(async move {
@@ -378,14 +409,14 @@ async fn run_pipelined(
     let mut total = empty_stats();
     let mut live_znodes = 1; // the namespace itself
     let mut closers = Vec::new();
-    for joined in finished {
+    for (s, joined) in finished.into_iter().enumerate() {
         let (session, stats) =
             joined.map_err(|e| BenchError::WrongAnswer(format!("session task failed: {e}")))?;
         let broken = stats.broken;
         merge(&mut total, stats);
         live_znodes += session.work.live_znodes();
         if !broken {
-            let server = opts.server.clone();
+            let server = opts.member(s).to_owned();
             closers.push(async move {
                 let conn = Conn::from_parts(session.parts, &server, session.session_id)?;
                 conn.close().await
@@ -414,9 +445,9 @@ async fn run_pipelined(
 async fn prepopulate(sessions: &mut [Session], opts: &RunOptions) -> Result<(), BenchError> {
     let budget = Budget::new(None);
     let live = LiveCounters::default();
-    let results = join_all(sessions.iter_mut().map(|session| {
+    let results = join_all(sessions.iter_mut().enumerate().map(|(s, session)| {
         let mut script = session.work.prepopulate();
-        let (budget, live, server) = (&budget, &live, &opts.server);
+        let (budget, live, server) = (&budget, &live, opts.member(s));
         async move {
             drive(
                 &mut session.parts,
@@ -448,7 +479,7 @@ async fn verify_count(opts: &RunOptions, expected: u64, total: &mut DriveStats) 
         return;
     }
     let counted = async {
-        let mut conn = Conn::connect(&opts.server, opts.session_timeout_ms, CONNECT_LIMIT).await?;
+        let mut conn = connect_synced(opts).await?;
         let n = count_descendants(&mut conn, &opts.namespace).await?;
         let _ = conn.close().await;
         Ok::<u64, BenchError>(n + 1)
@@ -462,6 +493,23 @@ async fn verify_count(opts: &RunOptions, expected: u64, total: &mut DriveStats) 
         )),
         Err(e) => total.error(format!("count check {}: {e}", opts.namespace)),
     }
+}
+
+/// A connection to member 0 that has seen every write acknowledged before
+/// it was opened, on whichever member (a `sync` of the namespace first: an
+/// ensemble member may not have applied what another member acknowledged).
+/// With one server every write was acknowledged by it: no sync, so a server
+/// (or test fake) without `sync` is measured as before.
+async fn connect_synced(opts: &RunOptions) -> Result<Conn, BenchError> {
+    let mut conn = Conn::connect(opts.member(0), opts.session_timeout_ms, CONNECT_LIMIT).await?;
+    if opts.members() == 1 {
+        return Ok(conn);
+    }
+    let sync = Request::Sync(SyncRequest {
+        path: opts.namespace.as_str().into(),
+    });
+    conn.call_ok(&sync).await?;
+    Ok(conn)
 }
 
 /// The number of descendants of `path` (getAllChildrenNumber; on a server

@@ -23,11 +23,11 @@ pub async fn run(opts: &RunOptions, cancel: &CancellationToken) -> Result<Report
     let live = Arc::new(LiveCounters::default());
     let phase = TimedPhase::start(opts, &budget, &live, cancel);
     let tasks: Vec<_> = (0..opts.sessions.max(1))
-        .map(|_| {
+        .map(|s| {
             let (budget, live, server, timeout_ms) = (
                 budget.clone(),
                 live.clone(),
-                opts.server.clone(),
+                opts.member(s).to_owned(),
                 opts.session_timeout_ms,
             );
             tokio::spawn(async move { storm_task(&server, timeout_ms, &budget, &live).await })

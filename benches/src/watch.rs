@@ -28,7 +28,7 @@ type Armed = Result<(), String>;
 pub async fn run(opts: &RunOptions, cancel: &CancellationToken) -> Result<Report, BenchError> {
     let path: ByteString = format!("{}/watched", opts.namespace).into();
     let pool = Arc::new(ValuePool::new(opts.value_bytes));
-    let mut writer = Conn::connect(&opts.server, opts.session_timeout_ms, CONNECT_LIMIT).await?;
+    let mut writer = Conn::connect(opts.member(0), opts.session_timeout_ms, CONNECT_LIMIT).await?;
     writer
         .call_ok(&create_request(
             path.clone(),
@@ -38,7 +38,10 @@ pub async fn run(opts: &RunOptions, cancel: &CancellationToken) -> Result<Report
         .await?;
     let watchers = opts.watchers.max(1);
     let conns = join_all(
-        (0..watchers).map(|_| Conn::connect(&opts.server, opts.session_timeout_ms, CONNECT_LIMIT)),
+        // Watcher w on the member after the writer's, round-robin: on an
+        // ensemble, most notifications come from members the writer is not on.
+        (0..watchers)
+            .map(|w| Conn::connect(opts.member(w + 1), opts.session_timeout_ms, CONNECT_LIMIT)),
     )
     .await;
     let sent_at = Arc::new(Mutex::new(Instant::now()));

@@ -68,7 +68,7 @@ fn options(server: &Server, workload: WorkloadKind, ops: u64) -> RunOptions {
         progress_seconds: 0.0,
         seed: 11,
         keys_per_session: 8,
-        server_pid: None,
+        server_pids: Vec::new(),
     }
 }
 
@@ -167,7 +167,7 @@ async fn the_servers_cpu_time_is_reported_with_its_pid() {
     let server = Server::start().await;
     let mut opts = options(&server, WorkloadKind::Get, 3000);
     // The server runs in this process.
-    opts.server_pid = Some(std::process::id());
+    opts.server_pids = vec![std::process::id()];
     let report = run(&opts, CancellationToken::new()).await.unwrap();
     assert_eq!(report.errors, 0, "{:?}", report.messages);
     let cpu = report.server_cpu.expect("the server's CPU time");

@@ -25,6 +25,7 @@ async fn next_state(states: &mut rzk_election_client::StateStream) -> Connection
 #[tokio::test]
 #[ignore = "needs Apache ZooKeeper"]
 async fn every_op_round_trips() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let zk = Zk::start();
     let c = connect(&zk.addr, T).await;
     let root = unique("ops");
@@ -236,6 +237,7 @@ async fn every_op_round_trips() {
     assert_eq!(c.get_data(&root).await.map(|_| ()), Err(Error::Closed));
 
     let c2 = connect(&zk.addr, T).await;
+    synced(&c2).await;
     assert_eq!(
         c2.exists(&eph).await.expect("exists"),
         None,
@@ -247,6 +249,7 @@ async fn every_op_round_trips() {
 #[tokio::test]
 #[ignore = "needs Apache ZooKeeper"]
 async fn one_shot_persistent_and_recursive_watches_survive_a_reconnect() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let zk = Zk::start();
     let proxy = Proxy::start(&zk.addr).await;
     let c = connect(&proxy.connect_string(), T).await;
@@ -368,6 +371,7 @@ async fn one_shot_persistent_and_recursive_watches_survive_a_reconnect() {
 #[tokio::test]
 #[ignore = "needs Apache ZooKeeper"]
 async fn chroot_maps_every_path() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let zk = Zk::start();
     let base = unique("chroot");
     let plain = connect(&zk.addr, T).await;
@@ -428,6 +432,7 @@ async fn chroot_maps_every_path() {
 #[tokio::test]
 #[ignore = "needs Apache ZooKeeper"]
 async fn digest_auth_is_replayed_after_reconnect() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let zk = Zk::start();
     let proxy = Proxy::start(&zk.addr).await;
     let cfg = config(&proxy.connect_string(), T).auth("digest", "alice:secret");
@@ -479,6 +484,7 @@ async fn digest_auth_is_replayed_after_reconnect() {
 #[tokio::test]
 #[ignore = "needs Apache ZooKeeper"]
 async fn fails_over_across_hosts_and_keeps_the_session() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let zk = Zk::start();
     let (a, b) = (Proxy::start(&zk.addr).await, Proxy::start(&zk.addr).await);
     let dead = format!("127.0.0.1:{}", free_port());
@@ -508,6 +514,7 @@ async fn fails_over_across_hosts_and_keeps_the_session() {
 #[tokio::test]
 #[ignore = "needs Apache ZooKeeper"]
 async fn session_expiry_is_lost_then_a_new_session() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let zk = Zk::start();
     let c = connect(&zk.addr, T).await;
     let old = c.session_id().expect("session");
@@ -533,6 +540,7 @@ async fn session_expiry_is_lost_then_a_new_session() {
         panic!("expected RECONNECTED")
     };
     assert_ne!(session, old);
+    synced(&c).await;
     assert_eq!(c.exists(&eph).await.expect("exists"), None);
     c.close().await;
 }
@@ -540,6 +548,7 @@ async fn session_expiry_is_lost_then_a_new_session() {
 #[tokio::test]
 #[ignore = "needs Apache ZooKeeper"]
 async fn silent_partition_is_suspended_then_lost_on_the_client_clock() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let zk = Zk::start();
     let proxy = Proxy::start(&zk.addr).await;
     let c = connect(&proxy.connect_string(), T).await;
@@ -572,6 +581,7 @@ async fn silent_partition_is_suspended_then_lost_on_the_client_clock() {
 #[tokio::test]
 #[ignore = "needs Apache ZooKeeper"]
 async fn outstanding_requests_are_bounded() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let zk = Zk::start();
     let mut cfg = config(&zk.addr, T);
     cfg.outstanding_max = 4;
@@ -607,6 +617,7 @@ async fn outstanding_requests_are_bounded() {
 #[tokio::test]
 #[ignore = "needs Apache ZooKeeper"]
 async fn idle_session_stays_connected_on_pings() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let zk = Zk::start();
     let c = connect(&zk.addr, 2000).await;
     let (_, mut states) = c.subscribe();
@@ -621,6 +632,7 @@ async fn idle_session_stays_connected_on_pings() {
 #[tokio::test]
 #[ignore = "needs Apache ZooKeeper"]
 async fn oversized_request_is_refused_and_the_session_survives() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let zk = Zk::start();
     let c = connect(&zk.addr, T).await;
     let session = c.session_id();
@@ -644,6 +656,7 @@ async fn oversized_request_is_refused_and_the_session_survives() {
 
 #[tokio::test]
 async fn a_client_without_hosts_is_closed_not_a_panic() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let mut cfg = rzk_election_client::ClientConfig::new("127.0.0.1:1").expect("valid");
     cfg.hosts.clear();
     let c = Client::start(cfg);

@@ -64,6 +64,7 @@ async fn seed_leadership_regained_after_expiry_with_the_parent_deleted() {
         RecipeEvent::Revoked(Revoked::Suspended)
     );
     expire_session_of(&zk.addr, creds).await;
+    synced(&admin).await;
     assert_eq!(
         admin.exists(&first.node).await.expect("exists"),
         None,
@@ -87,6 +88,7 @@ async fn seed_leadership_regained_after_expiry_with_the_parent_deleted() {
     assert!(second.token.expect("fenced").epoch > first_epoch);
     assert_ne!(second.session, first.session);
     assert_ne!(second.node, first.node);
+    synced(&admin).await;
     assert!(admin
         .exists(&second.node)
         .await
@@ -460,6 +462,7 @@ async fn contender_run(zk_addr: String, n: usize, rounds: usize, seed: u64) -> R
         ));
     }
     let admin = connect(&zk_addr, 10_000).await;
+    synced(&admin).await;
     let (data, _) = admin
         .get_data(&format!("{path}-epoch"))
         .await
@@ -711,6 +714,7 @@ async fn client_side_lost_while_the_old_session_lives_never_leads_through_its_no
         Some(ga.session),
         "a is on a new session"
     );
+    synced(&admin).await;
     assert_eq!(
         admin.exists(&ga.node).await.expect("exists"),
         None,

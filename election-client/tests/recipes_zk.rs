@@ -13,7 +13,7 @@
 //!
 //! The server is started by the harness (`recipe_support`): Apache ZooKeeper 3.8 by
 //! default, rzk when `RZK_TEST_ZK` or `RZK_TEST_RZK_BIN` is set; `RZK_TEST_ENSEMBLE=3`
-//! runs them on an Apache ZooKeeper ensemble of 3, where the restart kills the leader.
+//! runs them on an ensemble of 3 of that program, where the restart kills the leader.
 //! Run with `cargo test -p rzk-election-client --test recipes_zk -- --ignored`.
 
 mod recipe_support;
@@ -43,13 +43,7 @@ fn cluster() -> Cluster {
         .ok()
         .and_then(|n| n.parse().ok())
     {
-        Some(n) => {
-            assert!(
-                *Program::from_env().name() != *"rzk",
-                "RZK_TEST_ENSEMBLE: rzk's ensemble is not wired yet"
-            );
-            Cluster::ensemble(n)
-        }
+        Some(n) => Cluster::ensemble(n),
         None => Cluster::standalone(),
     };
     println!("server: {} x{}", c.program().name(), c.members.len());
@@ -203,186 +197,193 @@ fn spawn_writer(
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[test]
 #[ignore = "needs Apache ZooKeeper"]
-async fn tree_cache_equals_a_fresh_read_after_suspension_loss_and_restart() {
-    let mut cluster = cluster();
-    let root = unique("cache");
-    let admin = connect(&cluster.connect_string(), 10_000).await;
-    ensure_path(&admin, &root).await;
-    for i in 0..8 {
-        let _ = admin
-            .create(
-                &format!("{root}/n{i}"),
-                Bytes::from_static(b"v"),
-                Acl::open_unsafe(),
-                CreateMode::Persistent,
-            )
-            .await;
-    }
-    let link = Link::to(&cluster).await;
-    let client = Arc::new(connect(&link.connect_string(), SESSION_MS).await);
-    let t = client.negotiated_timeout().expect("negotiated");
-    let mut cache = TreeCache::start(client.clone(), CacheConfig::new(&root));
-    let replica = Arc::new(Mutex::new(Replica::default()));
-    // Initialized: the snapshot is the cache at that point (no writer yet).
-    let first = cache.next_event().await.expect("event");
-    assert!(matches!(first, CacheEvent::Initialized { .. }), "{first:?}");
-    replica
-        .lock()
-        .expect("replica")
-        .apply(&first, Some(cache.snapshot()));
-    let pump = {
-        let replica = replica.clone();
-        tokio::spawn(async move {
-            while let Some(e) = cache.next_event().await {
-                replica.lock().expect("replica").apply(&e, None);
-            }
-            cache
-        })
-    };
-
-    let pause = Arc::new(AtomicBool::new(true));
-    let stop = Arc::new(AtomicBool::new(false));
-    let idle = Arc::new(AtomicBool::new(false));
-    let writer = spawn_writer(
-        admin.clone(),
-        root.clone(),
-        pause.clone(),
-        stop.clone(),
-        idle.clone(),
-        17,
-    );
-    let check = |ctx: &'static str| {
-        let (admin, root, replica) = (admin.clone(), root.clone(), replica.clone());
-        let (pause, idle) = (pause.clone(), idle.clone());
-        async move {
-            pause.store(true, Ordering::SeqCst);
-            eventually(Duration::from_secs(5), "the writer to pause", || {
-                let idle = idle.clone();
-                async move { idle.load(Ordering::SeqCst) }
+fn tree_cache_equals_a_fresh_read_after_suspension_loss_and_restart() {
+    run_trapped(async {
+        let mut cluster = cluster();
+        let root = unique("cache");
+        let admin = connect(&cluster.connect_string(), 10_000).await;
+        ensure_path(&admin, &root).await;
+        for i in 0..8 {
+            let _ = admin
+                .create(
+                    &format!("{root}/n{i}"),
+                    Bytes::from_static(b"v"),
+                    Acl::open_unsafe(),
+                    CreateMode::Persistent,
+                )
+                .await;
+        }
+        let link = Link::to(&cluster).await;
+        let client = Arc::new(connect(&link.connect_string(), SESSION_MS).await);
+        let t = client.negotiated_timeout().expect("negotiated");
+        let mut cache = TreeCache::start(client.clone(), CacheConfig::new(&root));
+        let replica = Arc::new(Mutex::new(Replica::default()));
+        // Initialized: the snapshot is the cache at that point (no writer yet).
+        let first = cache.next_event().await.expect("event");
+        assert!(matches!(first, CacheEvent::Initialized { .. }), "{first:?}");
+        replica
+            .lock()
+            .expect("replica")
+            .apply(&first, Some(cache.snapshot()));
+        let pump = {
+            let replica = replica.clone();
+            tokio::spawn(async move {
+                while let Some(e) = cache.next_event().await {
+                    replica.lock().expect("replica").apply(&e, None);
+                }
+                cache
             })
-            .await;
-            let fresh = read_subtree(&admin, &root).await;
-            let start = Instant::now();
-            eventually(
-                3 * Duration::from_millis(SESSION_MS) + Duration::from_secs(5),
-                ctx,
-                || {
-                    let r = replica.lock().expect("replica");
-                    assert!(r.error.is_none(), "{ctx}: {:?}", r.error);
-                    let equal = r.map.len() == fresh.len()
-                        && r.map
-                            .iter()
-                            .all(|(p, n)| fresh.get(p).is_some_and(|f| same(n, f)));
-                    async move { equal }
-                },
-            )
-            .await;
-            println!(
+        };
+
+        let pause = Arc::new(AtomicBool::new(true));
+        let stop = Arc::new(AtomicBool::new(false));
+        let idle = Arc::new(AtomicBool::new(false));
+        let writer = spawn_writer(
+            admin.clone(),
+            root.clone(),
+            pause.clone(),
+            stop.clone(),
+            idle.clone(),
+            17,
+        );
+        let check = |ctx: &'static str| {
+            let (admin, root, replica) = (admin.clone(), root.clone(), replica.clone());
+            let (pause, idle) = (pause.clone(), idle.clone());
+            async move {
+                pause.store(true, Ordering::SeqCst);
+                eventually(Duration::from_secs(5), "the writer to pause", || {
+                    let idle = idle.clone();
+                    async move { idle.load(Ordering::SeqCst) }
+                })
+                .await;
+                let fresh = read_subtree(&admin, &root).await;
+                let start = Instant::now();
+                eventually(
+                    3 * Duration::from_millis(SESSION_MS) + Duration::from_secs(5),
+                    ctx,
+                    || {
+                        let r = replica.lock().expect("replica");
+                        assert!(r.error.is_none(), "{ctx}: {:?}", r.error);
+                        let equal = r.map.len() == fresh.len()
+                            && r.map
+                                .iter()
+                                .all(|(p, n)| fresh.get(p).is_some_and(|f| same(n, f)));
+                        async move { equal }
+                    },
+                )
+                .await;
+                println!(
                 "{ctx}: the cache equals a fresh read of {} nodes ({:?} after the writes stopped)",
                 fresh.len(),
                 start.elapsed()
             );
+            }
+        };
+        check("initial load").await;
+        for fault in FAULTS {
+            pause.store(false, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            apply(fault, &mut cluster, &link, t).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            check(match fault {
+                Fault::Suspend => "after a suspension",
+                Fault::Lose => "after a session loss",
+                Fault::Restart => "after a server restart",
+            })
+            .await;
         }
-    };
-    check("initial load").await;
-    for fault in FAULTS {
-        pause.store(false, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        apply(fault, &mut cluster, &link, t).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        check(match fault {
-            Fault::Suspend => "after a suspension",
-            Fault::Lose => "after a session loss",
-            Fault::Restart => "after a server restart",
-        })
-        .await;
-    }
-    stop.store(true, Ordering::SeqCst);
-    let writes = writer.await.expect("writer");
-    let events = replica.lock().expect("replica").events;
-    println!("RESULT rust tree-cache: {writes} writes, {events} events, every fault ended with the cache equal to a fresh read");
-    assert!(writes > 50, "the writer wrote ({writes})");
-    client.close().await;
-    let cache = tokio::time::timeout(Duration::from_secs(10), pump)
-        .await
-        .expect("pump ends")
-        .expect("pump");
-    cache.close().await;
-    admin.close().await;
+        stop.store(true, Ordering::SeqCst);
+        let writes = writer.await.expect("writer");
+        let events = replica.lock().expect("replica").events;
+        println!("RESULT rust tree-cache: {writes} writes, {events} events, every fault ended with the cache equal to a fresh read");
+        assert!(writes > 50, "the writer wrote ({writes})");
+        client.close().await;
+        let cache = tokio::time::timeout(Duration::from_secs(10), pump)
+            .await
+            .expect("pump ends")
+            .expect("pump");
+        cache.close().await;
+        admin.close().await;
+    })
 }
 
 // ----- PersistentNode -------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[test]
 #[ignore = "needs Apache ZooKeeper"]
-async fn persistent_node_is_back_within_a_session_timeout_after_every_fault() {
-    let mut cluster = cluster();
-    let admin = connect(&cluster.connect_string(), 10_000).await;
-    let path = format!("{}/svc/host-1", unique("node"));
-    let link = Link::to(&cluster).await;
-    let client = Arc::new(connect(&link.connect_string(), SESSION_MS).await);
-    let t = client.negotiated_timeout().expect("negotiated");
-    let mut node =
-        PersistentNode::start(client.clone(), NodeConfig::ephemeral(&path, "10.0.0.1:80"));
-    assert_eq!(node.wait_present().await.expect("present"), path);
-    let owner = |admin: Client, path: String| async move {
-        admin
-            .exists(&path)
-            .await
-            .ok()
-            .flatten()
-            .map(|s| s.ephemeral_owner)
-    };
-    assert_eq!(
-        owner(admin.clone(), path.clone()).await,
-        client.session_id()
-    );
-    for fault in FAULTS {
-        let back = apply(fault, &mut cluster, &link, t).await;
-        // Present again (reported, and on the server, owned by the live session).
-        let deadline = back + t;
-        loop {
-            let live = client.session_id();
-            let ok = node.path().is_some()
-                && live.is_some()
-                && owner(admin.clone(), path.clone()).await == live;
-            if ok {
-                break;
+fn persistent_node_is_back_within_a_session_timeout_after_every_fault() {
+    run_trapped(async {
+        let mut cluster = cluster();
+        let admin = connect(&cluster.connect_string(), 10_000).await;
+        let path = format!("{}/svc/host-1", unique("node"));
+        let link = Link::to(&cluster).await;
+        let client = Arc::new(connect(&link.connect_string(), SESSION_MS).await);
+        let t = client.negotiated_timeout().expect("negotiated");
+        let mut node =
+            PersistentNode::start(client.clone(), NodeConfig::ephemeral(&path, "10.0.0.1:80"));
+        assert_eq!(node.wait_present().await.expect("present"), path);
+        // On an ensemble the admin may be on another member than the node's creator: a
+        // read there sees the create only after a sync (ZooKeeper's rule, I6b).
+        let owner = |admin: Client, path: String| async move {
+            admin.sync(&path).await.ok()?;
+            admin
+                .exists(&path)
+                .await
+                .ok()
+                .flatten()
+                .map(|s| s.ephemeral_owner)
+        };
+        assert_eq!(
+            owner(admin.clone(), path.clone()).await,
+            client.session_id()
+        );
+        for fault in FAULTS {
+            let back = apply(fault, &mut cluster, &link, t).await;
+            // Present again (reported, and on the server, owned by the live session).
+            let deadline = back + t;
+            loop {
+                let live = client.session_id();
+                let ok = node.path().is_some()
+                    && live.is_some()
+                    && owner(admin.clone(), path.clone()).await == live;
+                if ok {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{fault:?}: not present within {t:?} of reconnecting"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{fault:?}: not present within {t:?} of reconnecting"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        println!(
+            println!(
             "{fault:?}: present again {:?} after the connection was back (session timeout {t:?})",
             back.elapsed()
         );
-    }
-    // The events alternate, and every Present names the session live at the time.
-    let mut present = false;
-    while let Ok(Some(e)) =
-        tokio::time::timeout(Duration::from_millis(100), node.next_event()).await
-    {
-        match e {
-            NodeEvent::Present { .. } => {
-                assert!(!present, "Present twice in a row");
-                present = true;
-            }
-            NodeEvent::Absent(_) => present = false,
         }
-    }
-    node.close().await;
-    assert_eq!(
-        owner(admin.clone(), path.clone()).await,
-        None,
-        "close deleted it"
-    );
-    client.close().await;
-    admin.close().await;
+        // The events alternate, and every Present names the session live at the time.
+        let mut present = false;
+        while let Ok(Some(e)) =
+            tokio::time::timeout(Duration::from_millis(100), node.next_event()).await
+        {
+            match e {
+                NodeEvent::Present { .. } => {
+                    assert!(!present, "Present twice in a row");
+                    present = true;
+                }
+                NodeEvent::Absent(_) => present = false,
+            }
+        }
+        node.close().await;
+        assert_eq!(
+            owner(admin.clone(), path.clone()).await,
+            None,
+            "close deleted it"
+        );
+        client.close().await;
+        admin.close().await;
+    })
 }
 
 // ----- ReadWriteLock and Semaphore ------------------------------------------------------
@@ -575,176 +576,187 @@ async fn exclusion_under_faults(clients_n: usize, leases: Option<usize>) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[test]
 #[ignore = "needs Apache ZooKeeper"]
-async fn rwlock_never_has_two_writers_or_a_reader_beside_a_writer_through_faults() {
-    exclusion_under_faults(3, None).await;
+fn rwlock_never_has_two_writers_or_a_reader_beside_a_writer_through_faults() {
+    run_trapped(async {
+        exclusion_under_faults(3, None).await;
+    })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[test]
 #[ignore = "needs Apache ZooKeeper"]
-async fn semaphore_never_grants_more_than_n_leases_through_faults() {
-    exclusion_under_faults(4, Some(2)).await;
+fn semaphore_never_grants_more_than_n_leases_through_faults() {
+    run_trapped(async {
+        exclusion_under_faults(4, Some(2)).await;
+    })
 }
 
 // ----- SharedCounter ----------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[test]
 #[ignore = "needs Apache ZooKeeper"]
-async fn counter_never_loses_or_repeats_an_increment_through_faults() {
-    const ADDERS: usize = 3;
-    const ADDS: usize = 25;
-    let mut cluster = cluster();
-    let path = format!("{}/hits", unique("counter"));
-    let mut links = Vec::new();
-    let mut tasks = Vec::new();
-    let mut t = Duration::from_millis(SESSION_MS);
-    for i in 0..ADDERS {
-        let link = Link::to(&cluster).await;
-        let client = Arc::new(connect(&link.connect_string(), SESSION_MS).await);
-        t = client.negotiated_timeout().expect("negotiated");
-        links.push(link);
-        let path = path.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut counter = SharedCounter::start(client.clone(), CounterConfig::new(&path));
-            let mut got = Vec::new();
-            for _ in 0..ADDS {
-                got.push(counter.add(1).await.expect("add").value);
-                tokio::time::sleep(Duration::from_millis(20 + 10 * i as u64)).await;
-            }
-            // The change stream never goes backwards.
-            let mut last = None;
-            while let Ok(Some(e)) =
-                tokio::time::timeout(Duration::from_millis(50), counter.next_event()).await
-            {
-                if let CounterEvent::Changed(v) = e {
-                    if let Some(l) = last {
-                        assert!(v.mzxid > l, "the stream went backwards");
-                    }
-                    last = Some(v.mzxid);
+fn counter_never_loses_or_repeats_an_increment_through_faults() {
+    run_trapped(async {
+        const ADDERS: usize = 3;
+        const ADDS: usize = 25;
+        let mut cluster = cluster();
+        let path = format!("{}/hits", unique("counter"));
+        let mut links = Vec::new();
+        let mut tasks = Vec::new();
+        let mut t = Duration::from_millis(SESSION_MS);
+        for i in 0..ADDERS {
+            let link = Link::to(&cluster).await;
+            let client = Arc::new(connect(&link.connect_string(), SESSION_MS).await);
+            t = client.negotiated_timeout().expect("negotiated");
+            links.push(link);
+            let path = path.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut counter = SharedCounter::start(client.clone(), CounterConfig::new(&path));
+                let mut got = Vec::new();
+                for _ in 0..ADDS {
+                    got.push(counter.add(1).await.expect("add").value);
+                    tokio::time::sleep(Duration::from_millis(20 + 10 * i as u64)).await;
                 }
-            }
-            counter.close().await;
-            client.close().await;
-            got
-        }));
-    }
-    for (i, fault) in FAULTS.iter().enumerate() {
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        apply(*fault, &mut cluster, &links[i % ADDERS], t).await;
-    }
-    let mut values = Vec::new();
-    for task in tasks {
-        values.extend(
-            tokio::time::timeout(Duration::from_secs(60), task)
-                .await
-                .expect("in time")
-                .expect("no panic"),
+                // The change stream never goes backwards.
+                let mut last = None;
+                while let Ok(Some(e)) =
+                    tokio::time::timeout(Duration::from_millis(50), counter.next_event()).await
+                {
+                    if let CounterEvent::Changed(v) = e {
+                        if let Some(l) = last {
+                            assert!(v.mzxid > l, "the stream went backwards");
+                        }
+                        last = Some(v.mzxid);
+                    }
+                }
+                counter.close().await;
+                client.close().await;
+                got
+            }));
+        }
+        for (i, fault) in FAULTS.iter().enumerate() {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            apply(*fault, &mut cluster, &links[i % ADDERS], t).await;
+        }
+        let mut values = Vec::new();
+        for task in tasks {
+            values.extend(
+                tokio::time::timeout(Duration::from_secs(60), task)
+                    .await
+                    .expect("in time")
+                    .expect("no panic"),
+            );
+        }
+        let admin = connect(&cluster.connect_string(), 10_000).await;
+        // On an ensemble this member may not have applied the last add yet (I6b).
+        admin.sync(&path).await.expect("sync");
+        let (data, _) = admin.get_data(&path).await.expect("counter");
+        let stored = i64::from_be_bytes(data.as_ref().try_into().expect("8 bytes"));
+        values.sort();
+        let expected: Vec<i64> = (1..=(ADDERS * ADDS) as i64).collect();
+        assert_eq!(
+            stored,
+            (ADDERS * ADDS) as i64,
+            "increments lost or repeated"
         );
-    }
-    let admin = connect(&cluster.connect_string(), 10_000).await;
-    let (data, _) = admin.get_data(&path).await.expect("counter");
-    let stored = i64::from_be_bytes(data.as_ref().try_into().expect("8 bytes"));
-    values.sort();
-    let expected: Vec<i64> = (1..=(ADDERS * ADDS) as i64).collect();
-    assert_eq!(
-        stored,
-        (ADDERS * ADDS) as i64,
-        "increments lost or repeated"
-    );
-    assert_eq!(values, expected, "every add saw its own value");
-    println!("RESULT rust counter: {ADDERS} x {ADDS} adds through {:?}: final {stored}, no increment lost or repeated", FAULTS);
-    admin.close().await;
+        assert_eq!(values, expected, "every add saw its own value");
+        println!("RESULT rust counter: {ADDERS} x {ADDS} adds through {:?}: final {stored}, no increment lost or repeated", FAULTS);
+        admin.close().await;
+    })
 }
 
 // ----- Barriers ----------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[test]
 #[ignore = "needs Apache ZooKeeper"]
-async fn barriers_hold_everyone_and_release_everyone_through_faults() {
-    let mut cluster = cluster();
-    let base = unique("barrier");
-    // Barrier: a waiter cut off while the barrier is removed still passes once back.
-    let admin = Arc::new(connect(&cluster.connect_string(), 10_000).await);
-    let gate = Barrier::new(admin.clone(), format!("{base}/gate"));
-    gate.set().await.expect("set");
-    let link = Link::to(&cluster).await;
-    let client = Arc::new(connect(&link.connect_string(), SESSION_MS).await);
-    let t = client.negotiated_timeout().expect("negotiated");
-    let waiter = {
-        let gate = Barrier::new(client.clone(), format!("{base}/gate"));
-        tokio::spawn(async move { gate.wait().await })
-    };
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!waiter.is_finished(), "passed a set barrier");
-    link.set(Mode::Cut);
-    gate.remove().await.expect("remove");
-    tokio::time::sleep(2 * t).await;
-    link.set(Mode::Pass);
-    tokio::time::timeout(2 * t, waiter)
-        .await
-        .expect("passes once back")
-        .expect("task")
-        .expect("wait");
-
-    // DoubleBarrier of 3: one member's connection drops while the others enter, the
-    // server restarts between enter and leave. The members' sessions (8 s) outlast a
-    // restart of the server; if one does not (a slow JVM start on a loaded machine),
-    // that member must learn it: leave() fails with SessionExpired, never passes
-    // silently (the unit tests pin this case).
-    const MEMBER_SESSION_MS: u64 = 8_000;
-    let path = format!("{base}/double");
-    let entered = Arc::new(AtomicU64::new(0));
-    let mut links = Vec::new();
-    let mut tasks = Vec::new();
-    let (go_leave, _) = tokio::sync::watch::channel(false);
-    for i in 0..3u64 {
+fn barriers_hold_everyone_and_release_everyone_through_faults() {
+    run_trapped(async {
+        let mut cluster = cluster();
+        let base = unique("barrier");
+        // Barrier: a waiter cut off while the barrier is removed still passes once back.
+        let admin = Arc::new(connect(&cluster.connect_string(), 10_000).await);
+        let gate = Barrier::new(admin.clone(), format!("{base}/gate"));
+        gate.set().await.expect("set");
         let link = Link::to(&cluster).await;
-        let client = Arc::new(connect(&link.connect_string(), MEMBER_SESSION_MS).await);
-        links.push(link);
-        let (path, entered) = (path.clone(), entered.clone());
-        let mut go = go_leave.subscribe();
-        tasks.push(tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(100 * i)).await;
-            let mut b = DoubleBarrier::new(client.clone(), DoubleBarrierConfig::new(&path, 3));
-            b.enter().await.expect("enter");
-            entered.fetch_add(1, Ordering::SeqCst);
-            let _ = go.wait_for(|g| *g).await;
-            let left = b.leave().await;
-            let lost = b.membership_lost();
-            client.close().await;
-            (left, lost)
-        }));
-    }
-    links[2].set(Mode::Cut);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(
-        entered.load(Ordering::SeqCst),
-        0,
-        "entered before the third member"
-    );
-    links[2].set(Mode::Pass);
-    eventually(3 * t, "all three entered", || {
-        let n = entered.load(Ordering::SeqCst);
-        async move { n == 3 }
-    })
-    .await;
-    tokio::task::block_in_place(|| cluster.kill_leader(Duration::from_millis(200)));
-    go_leave.send_replace(true);
-    let mut left = 0;
-    for task in tasks {
-        let (r, lost) = tokio::time::timeout(Duration::from_millis(4 * MEMBER_SESSION_MS), task)
+        let client = Arc::new(connect(&link.connect_string(), SESSION_MS).await);
+        let t = client.negotiated_timeout().expect("negotiated");
+        let waiter = {
+            let gate = Barrier::new(client.clone(), format!("{base}/gate"));
+            tokio::spawn(async move { gate.wait().await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiter.is_finished(), "passed a set barrier");
+        link.set(Mode::Cut);
+        gate.remove().await.expect("remove");
+        tokio::time::sleep(2 * t).await;
+        link.set(Mode::Pass);
+        tokio::time::timeout(2 * t, waiter)
             .await
-            .expect("in time")
-            .expect("no panic");
-        match r {
-            Ok(()) => left += 1,
-            Err(Error::SessionExpired) if lost => {
-                println!("a member's session did not outlast the restart: told so")
-            }
-            Err(e) => panic!("leave: {e} (membership lost: {lost})"),
+            .expect("passes once back")
+            .expect("task")
+            .expect("wait");
+
+        // DoubleBarrier of 3: one member's connection drops while the others enter, the
+        // server restarts between enter and leave. The members' sessions (8 s) outlast a
+        // restart of the server; if one does not (a slow JVM start on a loaded machine),
+        // that member must learn it: leave() fails with SessionExpired, never passes
+        // silently (the unit tests pin this case).
+        const MEMBER_SESSION_MS: u64 = 8_000;
+        let path = format!("{base}/double");
+        let entered = Arc::new(AtomicU64::new(0));
+        let mut links = Vec::new();
+        let mut tasks = Vec::new();
+        let (go_leave, _) = tokio::sync::watch::channel(false);
+        for i in 0..3u64 {
+            let link = Link::to(&cluster).await;
+            let client = Arc::new(connect(&link.connect_string(), MEMBER_SESSION_MS).await);
+            links.push(link);
+            let (path, entered) = (path.clone(), entered.clone());
+            let mut go = go_leave.subscribe();
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(100 * i)).await;
+                let mut b = DoubleBarrier::new(client.clone(), DoubleBarrierConfig::new(&path, 3));
+                b.enter().await.expect("enter");
+                entered.fetch_add(1, Ordering::SeqCst);
+                let _ = go.wait_for(|g| *g).await;
+                let left = b.leave().await;
+                let lost = b.membership_lost();
+                client.close().await;
+                (left, lost)
+            }));
         }
-    }
-    println!("RESULT rust barriers: a cut-off waiter passed once back; 3 members entered across a suspension, {left} of 3 left normally after a restart (the others were told their session was lost)");
-    client.close().await;
+        links[2].set(Mode::Cut);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            entered.load(Ordering::SeqCst),
+            0,
+            "entered before the third member"
+        );
+        links[2].set(Mode::Pass);
+        eventually(3 * t, "all three entered", || {
+            let n = entered.load(Ordering::SeqCst);
+            async move { n == 3 }
+        })
+        .await;
+        tokio::task::block_in_place(|| cluster.kill_leader(Duration::from_millis(200)));
+        go_leave.send_replace(true);
+        let mut left = 0;
+        for task in tasks {
+            let (r, lost) =
+                tokio::time::timeout(Duration::from_millis(4 * MEMBER_SESSION_MS), task)
+                    .await
+                    .expect("in time")
+                    .expect("no panic");
+            match r {
+                Ok(()) => left += 1,
+                Err(Error::SessionExpired) if lost => {
+                    println!("a member's session did not outlast the restart: told so")
+                }
+                Err(e) => panic!("leave: {e} (membership lost: {lost})"),
+            }
+        }
+        println!("RESULT rust barriers: a cut-off waiter passed once back; 3 members entered across a suspension, {left} of 3 left normally after a restart (the others were told their session was lost)");
+        client.close().await;
+    })
 }

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 import helpers
-from helpers import SERVER, SUPER_AUTH, delete_tree, start_client, stop_client
+from helpers import HOST, PORT, SERVER, SUPER_AUTH, delete_tree, start_client, stop_client
 
 
 def pytest_configure(config):
@@ -29,6 +29,7 @@ _started = time.monotonic()
 
 
 def pytest_runtest_setup(item):
+    helpers.place_clients_for(item.nodeid)
     elapsed = time.monotonic() - _started
     if elapsed > SUITE_DEADLINE_S:
         pytest.fail(
@@ -47,10 +48,19 @@ def pytest_report_header(config):
 
 
 @pytest.fixture(scope="session")
+def members():
+    """A client per member: `members.settle()` is the barrier of helpers.Members."""
+    m = helpers.Members()
+    yield m
+    m.stop()
+
+
+@pytest.fixture(scope="session")
 def admin():
     """A client that cleans up after tests; authenticated as the super user when the
-    server has one, so it can remove nodes whose ACLs shut everyone else out."""
-    client = start_client()
+    server has one, so it can remove nodes whose ACLs shut everyone else out. On an
+    ensemble it is on the first member."""
+    client = start_client(hosts=f"{HOST}:{PORT}")
     if SUPER_AUTH:
         client.add_auth("digest", SUPER_AUTH)
     yield client
@@ -85,25 +95,29 @@ def zk2(new_client):
     return new_client()
 
 
-def _unique_node(request, admin, tag):
+def _unique_node(request, admin, members, tag):
     name = re.sub(r"[^A-Za-z0-9_-]", "_", request.node.name)[:48]
     path = f"/{tag}-{name}-{uuid.uuid4().hex[:8]}"
     admin.create(path, b"")
+    # Every member has it before the test's clients, on any member, use it.
+    members.settle()
     return path
 
 
 @pytest.fixture
-def base(request, admin):
+def base(request, admin, members):
     """A fresh persistent node, unique to this test, removed with its subtree afterwards."""
-    path = _unique_node(request, admin, "it")
+    path = _unique_node(request, admin, members, "it")
     yield path
+    members.settle()  # admin, on the first member, sees what the test left everywhere
     delete_tree(admin, path)
 
 
 @pytest.fixture
-def aux(request, admin):
+def aux(request, admin, members):
     """A second fresh node outside `base`, for helpers (sentinel watches) that must not
     disturb it."""
-    path = _unique_node(request, admin, "aux")
+    path = _unique_node(request, admin, members, "aux")
     yield path
+    members.settle()
     delete_tree(admin, path)

@@ -2,9 +2,11 @@
 deadlines, session expiry the way kazoo's test harness used to do it, and a few requests
 kazoo 2.11 has no method for."""
 
+import itertools
 import os
 import threading
 import time
+import zlib
 from collections import namedtuple
 
 import pytest
@@ -21,16 +23,41 @@ from kazoo.protocol.serialization import (
 from kazoo.protocol.states import KazooState, ZnodeStat
 
 
-def _server():
+def _members():
     value = os.environ.get("INTEROP_ZK_SERVER", "")
-    if not value:
-        return None, None, None
-    host, _, port = value.rpartition(":")
-    return value, host, int(port)
+    out = []
+    for member in filter(None, value.split(",")):
+        host, _, port = member.strip().rpartition(":")
+        out.append((host, int(port)))
+    return out
 
 
-# host:port of the server under test, from INTEROP_ZK_SERVER.
-SERVER, HOST, PORT = _server()
+# The connect string of the server under test, from INTEROP_ZK_SERVER: host:port, or
+# host:port,host:port,... of every member of an ensemble (kazoo and zkCli.sh take it as it
+# is). MEMBERS lists (host, port) of each; HOST and PORT are the first member's, for the
+# tests that open a raw connection or send a four-letter word to one server.
+SERVER = os.environ.get("INTEROP_ZK_SERVER", "") or None
+MEMBERS = _members()
+HOST, PORT = MEMBERS[0] if MEMBERS else (None, None)
+# True when the target is an ensemble: the tests that check what a member reports about
+# itself (its mode) expect a leader or a follower instead of a standalone server.
+ENSEMBLE = len(MEMBERS) > 1
+
+
+def expected_config_znode():
+    """What /zookeeper/config holds: nothing on a standalone server; on an ensemble with a
+    static configuration, ZooKeeper's QuorumVerifier text: each `server.N=` line of zoo.cfg
+    with its role made explicit (`:participant`), then `version=<hex>` (0: no reconfig
+    yet). The runner passes the zoo.cfg lines in INTEROP_SERVER_LINES."""
+    lines = os.environ.get("INTEROP_SERVER_LINES", "")
+    if not lines:
+        return b""
+    out = []
+    for line in lines.splitlines():
+        key, _, value = line.partition("=")
+        addresses, _, client = value.partition(";")
+        out.append(f"{key}={addresses}:participant;{client}\n")
+    return ("".join(out) + "version=0").encode()
 
 # How long to wait for anything the server should make happen "soon" (an event, a
 # reconnect, a lock hand-over). Generous, because CI machines are slow; a healthy server
@@ -113,11 +140,64 @@ class StateRecorder(Recorder):
         )
 
 
+# Where clients go on an ensemble. kazoo would shuffle the connect string, so the members
+# a test's clients land on would change from run to run; instead each client gets the
+# connect string rotated to start at the next member (and kazoo keeps that order), from a
+# member that depends only on the test's name: a test's first client and its second are
+# on different members, and a failure happens again on the same members.
+_placement = itertools.count()
+
+
+def place_clients_for(test_id):
+    """Called before each test: its clients start at member crc32(test id) mod size."""
+    global _placement
+    _placement = itertools.count(zlib.crc32(test_id.encode()))
+
+
+def client_hosts():
+    """(hosts, randomize_hosts) for the next client that names no hosts of its own."""
+    if not ENSEMBLE:
+        return SERVER, True
+    first = next(_placement) % len(MEMBERS)
+    order = MEMBERS[first:] + MEMBERS[:first]
+    return ",".join(f"{h}:{p}" for h, p in order), False
+
+
 def start_client(hosts=None, **kwargs):
     kwargs.setdefault("timeout", 10.0)
-    client = KazooClient(hosts=hosts or SERVER, **kwargs)
+    if hosts is None:
+        hosts, randomize = client_hosts()
+        kwargs.setdefault("randomize_hosts", randomize)
+    client = KazooClient(hosts=hosts, **kwargs)
     client.start(timeout=EVENT_TIMEOUT)
     return client
+
+
+class Members:
+    """One client per member of the server under test (one in all for a standalone
+    server), for `settle`."""
+
+    def __init__(self):
+        self.clients = [start_client(hosts=f"{h}:{p}") for h, p in MEMBERS]
+
+    def settle(self):
+        """Returns once every member has applied every write acknowledged before the
+        call. A write is acknowledged once the member that holds the writer's session
+        has applied it; another member may apply it a moment later, so on an ensemble a
+        client reading on another member may not see it yet: ZooKeeper promises order per
+        session, and a view as recent as any other session's only after `sync`. A sync
+        through each member is that barrier for the member (it answers once it has
+        applied everything committed before the sync reached the leader), and so for
+        every session on it. A test that reads, through one client, what another client
+        wrote settles in between, as a ZooKeeper application would sync."""
+        if len(self.clients) == 1:
+            return
+        for c in self.clients:
+            c.sync("/")
+
+    def stop(self):
+        for c in self.clients:
+            stop_client(c)
 
 
 def stop_client(client):
@@ -139,7 +219,13 @@ def expire_session(client, hosts=None):
     states = StateRecorder()
     client.add_listener(states)
     session_id, password = client.client_id
-    twin = KazooClient(hosts=hosts or SERVER, client_id=(session_id, password), timeout=10.0)
+    if hosts is None:
+        hosts, randomize = client_hosts()
+    else:
+        randomize = True
+    twin = KazooClient(
+        hosts=hosts, client_id=(session_id, password), timeout=10.0, randomize_hosts=randomize
+    )
     twin.start(timeout=EVENT_TIMEOUT)
     assert twin.client_id[0] == session_id, "the twin must attach to the same session"
     twin.stop()

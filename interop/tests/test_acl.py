@@ -48,8 +48,9 @@ def test_digest_identity_matches_kazoos_digest(zk, base):
     assert acl_tuples(acls) == [(31, "digest", "alice:aYXlLOpEooaV1cRAvUL1fp9Qt7E=")]
 
 
-def test_world_read_only_node_refuses_writes(zk, zk2, base):
+def test_world_read_only_node_refuses_writes(zk, zk2, base, members):
     zk.create(f"{base}/n", b"ro", acl=READ_ACL_UNSAFE)
+    members.settle()
     assert zk2.get(f"{base}/n")[0] == b"ro"
     with pytest.raises(NoAuthError):
         zk2.set(f"{base}/n", b"x")
@@ -59,9 +60,10 @@ def test_world_read_only_node_refuses_writes(zk, zk2, base):
         zk2.set_acls(f"{base}/n", OPEN_ACL_UNSAFE)
 
 
-def test_digest_node_needs_the_right_identity(new_client, base):
+def test_digest_node_needs_the_right_identity(new_client, base, members):
     owner = authed(new_client, ALICE)
     owner.create(f"{base}/n", b"private", acl=[make_digest_acl(*ALICE, all=True)])
+    members.settle()
     stranger = new_client()
     with pytest.raises(NoAuthError):
         stranger.get(f"{base}/n")
@@ -71,16 +73,17 @@ def test_digest_node_needs_the_right_identity(new_client, base):
     assert stranger.get(f"{base}/n")[0] == b"private"
 
 
-def test_wrong_password_is_accepted_but_grants_nothing(new_client, base):
+def test_wrong_password_is_accepted_but_grants_nothing(new_client, base, members):
     owner = authed(new_client, ALICE)
     owner.create(f"{base}/n", b"", acl=[make_digest_acl(*ALICE, read=True)])
+    members.settle()
     # Digest auth never fails (§12.5); it just yields an identity that matches nothing.
     impostor = authed(new_client, ("alice", "wrong"))
     with pytest.raises(NoAuthError):
         impostor.get(f"{base}/n")
 
 
-def test_auth_identities_accumulate(new_client, base):
+def test_auth_identities_accumulate(new_client, base, members):
     owner = authed(new_client, ALICE, BOB)
     owner.create(f"{base}/n", b"", acl=CREATOR_ALL_ACL)
     acls, _ = owner.get_acls(f"{base}/n")
@@ -92,6 +95,7 @@ def test_auth_identities_accumulate(new_client, base):
         ]
     )
     only_bob = authed(new_client, BOB)
+    members.settle()
     assert only_bob.get(f"{base}/n")[0] == b""
 
 
@@ -123,10 +127,11 @@ def test_set_acls_with_empty_list_is_invalid_acl(zk, base):
         zk.set_acls(f"{base}/n", [])
 
 
-def test_ip_acl_matches_the_client_address(zk, zk2, base):
+def test_ip_acl_matches_the_client_address(zk, zk2, base, members):
     zk.create(f"{base}/mine", b"ok", acl=[make_acl("ip", "127.0.0.1", all=True)])
     zk.create(f"{base}/net", b"ok", acl=[make_acl("ip", "127.0.0.0/8", read=True)])
     zk.create(f"{base}/other", b"no", acl=[make_acl("ip", "10.1.2.3", all=True)])
+    members.settle()
     assert zk2.get(f"{base}/mine")[0] == b"ok"
     assert zk2.get(f"{base}/net")[0] == b"ok"
     with pytest.raises(NoAuthError):

@@ -33,7 +33,7 @@ def run_in_thread(fn, *args):
 # --- Lock -------------------------------------------------------------------------------
 
 
-def test_lock_is_exclusive_and_handed_over_on_release(new_client, base):
+def test_lock_is_exclusive_and_handed_over_on_release(new_client, base, members):
     a, b = new_client(), new_client()
     lock_a = a.Lock(f"{base}/lock", "a")
     lock_b = b.Lock(f"{base}/lock", "b")
@@ -47,6 +47,7 @@ def test_lock_is_exclusive_and_handed_over_on_release(new_client, base):
     assert result == [True]
     assert lock_b.contenders() == ["b"]
     lock_b.release()
+    members.settle()  # b's release is seen by a on another member after a sync
     assert a.get_children(f"{base}/lock") == []
 
 
@@ -83,32 +84,36 @@ def test_lock_is_freed_when_holder_session_expires(new_client, base):
     assert lock_b.contenders() == ["b"]
 
 
-def test_read_locks_share_and_write_lock_excludes(new_client, base):
+def test_read_locks_share_and_write_lock_excludes(new_client, base, members):
     r1, r2, w = new_client(), new_client(), new_client()
     read1 = r1.ReadLock(f"{base}/rw", "r1")
     read2 = r2.ReadLock(f"{base}/rw", "r2")
     write = w.WriteLock(f"{base}/rw", "w")
     assert read1.acquire(timeout=EVENT_TIMEOUT)
     assert read2.acquire(timeout=EVENT_TIMEOUT)
+    members.settle()  # w's member lists the readers' nodes
     assert write.acquire(blocking=False) is False
     read1.release()
     read2.release()
     assert write.acquire(timeout=EVENT_TIMEOUT)
+    members.settle()
     assert r1.ReadLock(f"{base}/rw", "r3").acquire(blocking=False) is False
     write.release()
 
 
-def test_semaphore_grants_at_most_max_leases(new_client, base):
+def test_semaphore_grants_at_most_max_leases(new_client, base, members):
     clients = [new_client() for _ in range(3)]
     sems = [c.Semaphore(f"{base}/sem", f"s{i}", max_leases=2) for i, c in enumerate(clients)]
     assert sems[0].acquire(timeout=EVENT_TIMEOUT)
     assert sems[1].acquire(timeout=EVENT_TIMEOUT)
+    members.settle()  # every member lists both leases
     assert sems[2].acquire(blocking=False) is False
     assert sorted(sems[0].lease_holders()) == ["s0", "s1"]
     _, got_it, result = run_in_thread(sems[2].acquire, True, EVENT_TIMEOUT)
     sems[0].release()
     wait_event(got_it, "the third client to get a lease")
     assert result == [True]
+    members.settle()
     assert sorted(sems[1].lease_holders()) == ["s1", "s2"]
 
 
@@ -172,7 +177,7 @@ def test_counter_adds_and_subtracts(zk, base):
     assert float_counter.value == 1.75
 
 
-def test_counter_is_exact_under_concurrent_increments(new_client, base):
+def test_counter_is_exact_under_concurrent_increments(new_client, base, members):
     clients = [new_client() for _ in range(3)]
 
     def bump(client):
@@ -186,16 +191,18 @@ def test_counter_is_exact_under_concurrent_increments(new_client, base):
         assert result == [None]
     # Every increment is a setData with the version last read; a lost update would
     # show as a smaller total.
+    members.settle()  # clients[0] reads what the others wrote through their members
     assert clients[0].Counter(f"{base}/counter").value == 45
 
 
 # --- Barriers ---------------------------------------------------------------------------
 
 
-def test_barrier_blocks_until_removed(new_client, base):
+def test_barrier_blocks_until_removed(new_client, base, members):
     a, b = new_client(), new_client()
     barrier = a.Barrier(f"{base}/barrier")
     barrier.create()
+    members.settle()  # b may be on another member: the barrier is up there too
     waiter = b.Barrier(f"{base}/barrier")
     _, released, result = run_in_thread(waiter.wait, EVENT_TIMEOUT)
     assert not released.wait(0.3), "wait() returned while the barrier was up"
@@ -229,13 +236,14 @@ def test_double_barrier_enters_and_leaves_together(new_client, base):
 # --- Queues -----------------------------------------------------------------------------
 
 
-def test_queue_is_fifo_within_priority(new_client, base):
+def test_queue_is_fifo_within_priority(new_client, base, members):
     producer, consumer = new_client(), new_client()
     q = producer.Queue(f"{base}/queue")
     q.put(b"first")
     q.put(b"second")
     q.put(b"urgent", priority=1)
     assert len(q) == 3
+    members.settle()  # the consumer may be on another member: it sees all three
     cq = consumer.Queue(f"{base}/queue")
     assert [cq.get(), cq.get(), cq.get()] == [b"urgent", b"first", b"second"]
     assert cq.get() is None
@@ -273,26 +281,30 @@ def test_locking_queue_get_waits_for_put(new_client, base):
 
 
 @pytest.mark.parametrize("kind", ["Party", "ShallowParty"])
-def test_party_membership_follows_sessions(new_client, base, kind):
+def test_party_membership_follows_sessions(new_client, base, kind, members):
     a, b, c = new_client(), new_client(), new_client()
     pa = getattr(a, kind)(f"{base}/party", "alice")
     pb = getattr(b, kind)(f"{base}/party", "bob")
     pc = getattr(c, kind)(f"{base}/party", "carol")
     for p in (pa, pb, pc):
         p.join()
+    members.settle()  # a lists, on its member, what b and c wrote through theirs
     assert sorted(pa) == ["alice", "bob", "carol"]
     assert len(pa) == 3
     pb.leave()
+    members.settle()
     assert sorted(pa) == ["alice", "carol"]
     # Membership is an ephemeral node: closing carol's session removes her.
     c.stop()
     wait_until(lambda: sorted(pa) == ["alice"], "carol's membership to vanish")
 
 
-def test_non_blocking_lease_goes_to_one_holder(new_client, base):
+def test_non_blocking_lease_goes_to_one_holder(new_client, base, members):
     a, b = new_client(), new_client()
     duration = datetime.timedelta(minutes=5)
     lease_a = a.NonBlockingLease(f"{base}/lease", duration, identifier="a")
+    # The lease is tried when it is constructed: b's member must have a's first.
+    members.settle()
     lease_b = b.NonBlockingLease(f"{base}/lease", duration, identifier="b")
     assert bool(lease_a) is True
     assert bool(lease_b) is False
@@ -301,9 +313,10 @@ def test_non_blocking_lease_goes_to_one_holder(new_client, base):
 # --- TreeCache --------------------------------------------------------------------------
 
 
-def test_tree_cache_mirrors_a_subtree(new_client, base):
+def test_tree_cache_mirrors_a_subtree(new_client, base, members):
     reader, writer = new_client(), new_client()
     writer.create(f"{base}/a", b"1")
+    members.settle()  # the reader's first load includes a
     cache = TreeCache(reader, base)
     seen = Recorder()
     cache.listen(lambda ev: seen((ev.event_type, ev.event_data and ev.event_data.path)))

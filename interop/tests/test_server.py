@@ -8,13 +8,14 @@ import pytest
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.serialization import GetData
 
-from helpers import HOST, PORT, GetAllChildrenNumber, call
+from helpers import ENSEMBLE, HOST, MEMBERS, PORT, GetAllChildrenNumber, call
 from zkraw import RawSession
 
 
-def four_letter_word(word, timeout=10.0):
-    """Sends a four-letter word on a fresh connection and reads until the server closes."""
-    with socket.create_connection((HOST, PORT), timeout=timeout) as s:
+def four_letter_word(word, timeout=10.0, member=(HOST, PORT)):
+    """Sends a four-letter word on a fresh connection to `member` (default: the first) and
+    reads until the server closes."""
+    with socket.create_connection(member, timeout=timeout) as s:
         s.sendall(word.encode())
         chunks = []
         while True:
@@ -29,11 +30,25 @@ def test_ruok_answers_imok(zk):
     assert zk.command(b"ruok") == "imok"
 
 
-def test_srvr_reports_standalone_mode_and_zxid(zk, base):
+def srvr_fields(text):
+    return dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+
+
+def mntr_fields(text):
+    return dict(line.split("\t", 1) for line in text.splitlines() if "\t" in line)
+
+
+def first_member_client(new_client):
+    """A client of the first member only, the one four_letter_word asks: its writes are
+    applied there before their replies come back (an ensemble member answers a write once
+    it has applied it)."""
+    return new_client(hosts=f"{HOST}:{PORT}")
+
+
+def test_srvr_reports_the_mode_and_zxid(new_client, base):
+    zk = first_member_client(new_client)
     _, stat = zk.create(f"{base}/n", b"", include_data=True)
-    text = four_letter_word("srvr")
-    lines = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
-    assert lines["Mode"] == "standalone"
+    lines = srvr_fields(four_letter_word("srvr"))
     # The last zxid in lowercase hex without padding; at least our create's.
     assert lines["Zxid"].startswith("0x")
     assert int(lines["Zxid"], 16) >= stat.czxid
@@ -41,19 +56,36 @@ def test_srvr_reports_standalone_mode_and_zxid(zk, base):
     for key in ("Zookeeper version", "Latency min/avg/max", "Received", "Sent",
                 "Connections", "Outstanding"):
         assert key in lines, f"srvr lacks {key!r}"
+    # One leader and followers in an ensemble, else a standalone server.
+    modes = sorted(srvr_fields(four_letter_word("srvr", member=m))["Mode"] for m in MEMBERS)
+    if ENSEMBLE:
+        assert modes == ["follower"] * (len(MEMBERS) - 1) + ["leader"]
+    else:
+        assert modes == ["standalone"]
 
 
-def test_mntr_reports_tab_separated_metrics(zk, base):
+def test_mntr_reports_tab_separated_metrics(new_client, base):
+    zk = first_member_client(new_client)
     zk.create(f"{base}/e", b"", ephemeral=True)
-    text = four_letter_word("mntr")
-    metrics = dict(line.split("\t", 1) for line in text.splitlines() if "\t" in line)
-    assert metrics["zk_server_state"] == "standalone"
+    metrics = mntr_fields(four_letter_word("mntr"))
     assert int(metrics["zk_znode_count"]) >= 5
     assert int(metrics["zk_ephemerals_count"]) >= 1
     assert int(metrics["zk_num_alive_connections"]) >= 1
     for key in ("zk_version", "zk_avg_latency", "zk_packets_received", "zk_packets_sent",
                 "zk_outstanding_requests", "zk_watch_count", "zk_approximate_data_size"):
         assert key in metrics, f"mntr lacks {key}"
+    every = [mntr_fields(four_letter_word("mntr", member=m)) for m in MEMBERS]
+    states = sorted(m["zk_server_state"] for m in every)
+    if not ENSEMBLE:
+        assert states == ["standalone"]
+        return
+    assert states == ["follower"] * (len(MEMBERS) - 1) + ["leader"]
+    # Only the leader reports its followers, all of them in sync, and its pending syncs.
+    (leader,) = [m for m in every if m["zk_server_state"] == "leader"]
+    assert int(leader["zk_synced_followers"]) == len(MEMBERS) - 1
+    assert int(leader["zk_pending_syncs"]) >= 0
+    for follower in (m for m in every if m["zk_server_state"] == "follower"):
+        assert "zk_synced_followers" not in follower
 
 
 def test_conf_reports_the_client_port(zk):

@@ -6,6 +6,8 @@ import time
 
 from kazoo.security import make_digest_acl, READ_ACL_UNSAFE
 
+from helpers import expected_config_znode
+
 # The server's clock and ours are the same machine's; allow for slow CI all the same.
 CLOCK_SLACK_MS = 60_000
 
@@ -155,10 +157,10 @@ def test_builtin_zookeeper_nodes(zk):
     assert "zookeeper" in children
     assert {"quota", "config"} <= set(zk.get_children("/zookeeper"))
     # /zookeeper/config is readable by anyone, writable by nobody (READ only, §8.2),
-    # and empty on a standalone server.
+    # empty on a standalone server and the membership on an ensemble.
     data, stat = zk.get("/zookeeper/config")
-    assert data == b""
-    assert stat.dataLength == 0
+    assert data == expected_config_znode()
+    assert stat.dataLength == len(data)
     acl, _ = zk.get_acls("/zookeeper/config")
     assert [(a.perms, a.id.scheme, a.id.id) for a in acl] == [(1, "world", "anyone")]
     acl, _ = zk.get_acls("/")

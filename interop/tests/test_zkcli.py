@@ -263,8 +263,8 @@ def test_zkcli_persistent_watch_and_removewatches(cli):
 
 
 def test_zkcli_config_and_sync(cli):
-    # /zookeeper/config is empty on a standalone server.
-    assert cli["config"] == []
+    # /zookeeper/config: empty on a standalone server, the membership on an ensemble.
+    assert cli["config"] == helpers.expected_config_znode().decode().splitlines()
     assert cli["sync"] == ["Sync is OK"]
 
 

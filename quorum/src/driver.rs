@@ -43,6 +43,10 @@ pub struct DriverConfig {
     /// How long a graceful [`Replicator::shutdown`] waits for proposals in
     /// flight to commit or fail before it stops the peer anyway.
     pub shutdown_wait_max: Duration,
+    /// The observer relay source this peer feeds while it serves (issue 12):
+    /// an `rzk_observer_master::ObserverMaster` subscribes to it. `None`: no
+    /// relay.
+    pub observer_relay: Option<Arc<rzk_observer_master::RelayHub>>,
 }
 
 impl DriverConfig {
@@ -54,6 +58,7 @@ impl DriverConfig {
             propose_batch_max: 1024,
             proposals_in_flight_max: 100_000,
             shutdown_wait_max: Duration::from_secs(5),
+            observer_relay: None,
         }
     }
 }
@@ -149,6 +154,7 @@ impl ZabReplicator {
             last_delivered: Zxid::ZERO,
             shutdown: None,
             shutdown_wait_max: cfg.shutdown_wait_max,
+            relay: cfg.observer_relay.clone().map(crate::relay::RelayFeed::new),
         };
         d.carry_out(first);
         d.publish_stats();
@@ -353,6 +359,8 @@ struct Driver<T: Transport> {
     /// A graceful shutdown in progress: when it must end, and who waits for it.
     shutdown: Option<(Instant, oneshot::Sender<()>)>,
     shutdown_wait_max: Duration,
+    /// Feeds the observer relay source, if there is one.
+    relay: Option<crate::relay::RelayFeed>,
 }
 
 /// The driver owns the transport: when it stops (a graceful shutdown, a storage
@@ -360,6 +368,10 @@ struct Driver<T: Transport> {
 impl<T: Transport> Drop for Driver<T> {
     fn drop(&mut self) {
         self.transport.close();
+        // The relay's source is gone: its streams end, observers sync elsewhere.
+        if let Some(feed) = self.relay.as_mut() {
+            feed.stop("the peer stopped");
+        }
     }
 }
 
@@ -464,6 +476,12 @@ impl<T: Transport> Driver<T> {
     fn step(&mut self, input: Input) {
         let now = self.now();
         let out = self.peer.step(now, input);
+        if let Some(feed) = self.relay.as_mut() {
+            for o in &out {
+                feed.on_output(o);
+            }
+            feed.after_step(&self.peer);
+        }
         self.carry_out(out);
         self.publish_stats();
     }
@@ -474,6 +492,7 @@ impl<T: Transport> Driver<T> {
             role: p.role(),
             leader: p.leader(),
             epoch: p.durable_epochs().current,
+            accepted_epoch: p.durable_epochs().accepted,
             last_durable: p.last_durable_zxid(),
             committed: p.commit_known(),
             applied: p.applied(),

@@ -45,6 +45,7 @@ pub mod core;
 pub mod driver;
 pub mod grpc;
 pub mod message;
+mod relay;
 mod replicator;
 pub mod storage;
 pub mod transport;

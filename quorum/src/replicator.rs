@@ -140,6 +140,9 @@ pub struct QuorumStats {
     pub leader: Option<PeerId>,
     /// The durable currentEpoch.
     pub epoch: Epoch,
+    /// The durable acceptedEpoch (ahead of `epoch` while a rollover proposal
+    /// is fenced and not yet known committed, I3).
+    pub accepted_epoch: Epoch,
     /// The last durable zxid.
     pub last_durable: Zxid,
     /// The highest zxid known committed.
@@ -165,6 +168,7 @@ impl QuorumStats {
             role: Role::Looking,
             leader: None,
             epoch: Epoch(0),
+            accepted_epoch: Epoch(0),
             last_durable: Zxid::ZERO,
             committed: Zxid::ZERO,
             applied: Zxid::ZERO,

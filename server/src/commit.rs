@@ -51,6 +51,19 @@ impl Core {
         }
     }
 
+    /// An ensemble member shows the membership in `/zookeeper/config`, as
+    /// ZooKeeper's do (zkCli's `config` and Curator's ensemble tracker read
+    /// it). A local value, not a txn: set on every tree this member loads
+    /// (the replay at start-up begins with a snapshot, an empty one on a new
+    /// member, so every tree passes here).
+    pub(crate) fn show_membership(&mut self) {
+        let membership = self.cfg.server.membership_text();
+        if !membership.is_empty() {
+            self.tree
+                .set_config_node(membership.as_bytes(), crate::core::now_ms());
+        }
+    }
+
     /// I2: everything derived from the state is rebuilt from the snapshot (a
     /// start-up recovery or a learner's SNAP sync). A member loads a snapshot
     /// only while it is not serving, so it has no clients to keep.
@@ -62,6 +75,7 @@ impl Core {
     ) {
         self.stop_serving("a snapshot is loaded");
         self.tree = tree;
+        self.show_membership();
         self.sessions.clear();
         for s in sessions {
             self.sessions.insert(
@@ -125,6 +139,7 @@ impl Core {
             }
         }
         self.after_apply();
+        self.revalidations_ready();
         Ok(())
     }
 
@@ -186,6 +201,22 @@ impl Core {
         else {
             return;
         };
+        if let Applied::Error(rzk_wire::ErrorCode::SessionMoved) = applied {
+            // ZOOKEEPER-710: SESSIONMOVED is a connection-level error. The
+            // leader thinks another member holds the session (a client that
+            // gave up on a member whose Attach reached the leader late, after
+            // the client's Attach through this member): answering the error
+            // on an open connection would fail every write of a live client
+            // until it happens to reconnect. Closing it, as ZooKeeper does,
+            // makes the client reconnect, and its Attach makes this member the
+            // owner again. The write was not applied.
+            tracing::info!(
+                request,
+                "a write of a session another member owns: closing the connection (SESSIONMOVED)"
+            );
+            self.fail_conn(id);
+            return;
+        }
         let result = write_result(&reply_as, applied);
         let reply = Reply { xid, zxid, result };
         self.send_reply(id, &reply, started);

@@ -15,6 +15,12 @@ use std::path::{Path, PathBuf};
 /// ZooKeeper's `jute.maxbuffer` default: the largest frame a client may send.
 pub const JUTE_MAX_BUFFER_DEFAULT: u32 = 0xfffff;
 
+/// The lowest `rzk.zxid.counterLimit` accepted. Every rollover uses up one of
+/// the 2^32 epochs, and an ensemble whose epochs are used up can never elect a
+/// leader again: at 100,000 writes/s a limit of 16 would take about 8 days to
+/// get there, the default about 1.4 million years.
+pub const ZXID_COUNTER_LIMIT_MIN: u32 = 16;
+
 /// Every four-letter word rzk knows. `*` in the whitelist enables all of them.
 pub const FOUR_LETTER_WORDS: &[&str] = &[
     "conf", "cons", "crst", "dirs", "dump", "envi", "gtmk", "isro", "mntr", "ruok", "srst", "srvr",
@@ -140,6 +146,13 @@ pub struct ServerConfig {
     /// `rzk.log.format`: `text` (default) or `json`, one object per line
     /// (see [`crate::logging`]).
     pub log_format: crate::logging::LogFormat,
+    /// `rzk.zxid.counterLimit`: the highest zxid counter a leader assigns in
+    /// one epoch before it rolls to the next epoch through a rollover
+    /// proposal, without an election (DESIGN.md I3). Default `0xffffffff`, the
+    /// whole 32-bit counter, as ZooKeeper. A test knob: a low limit makes the
+    /// rollover happen every few thousand writes instead of every four
+    /// billion. Values below [`ZXID_COUNTER_LIMIT_MIN`] are refused.
+    pub zxid_counter_limit: u32,
     /// `secureClientPort` and `secureClientPortAddress`: where TLS clients
     /// connect (none by default). The address defaults as `clientPortAddress`
     /// does.
@@ -281,6 +294,7 @@ impl Default for ServerConfig {
             servers: BTreeMap::new(),
             my_id: None,
             log_format: crate::logging::LogFormat::Text,
+            zxid_counter_limit: u32::MAX,
             secure_client_addr: None,
             tls: TlsSettings::default(),
             admin_addr: Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080)),
@@ -337,6 +351,36 @@ struct Setting {
 }
 
 impl ServerConfig {
+    /// The ensemble as ZooKeeper's quorum peers write it into
+    /// `/zookeeper/config` and print after `membership:` in `conf`: a
+    /// `server.N=host:quorumPort:electionPort:role;clientHost:clientPort` line
+    /// per member, then `version=0` (no reconfig has happened), with no final
+    /// newline. Empty on a standalone server.
+    pub fn membership_text(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        if self.servers.is_empty() {
+            return out;
+        }
+        for (id, p) in &self.servers {
+            let role = match p.role {
+                PeerRole::Participant => "participant",
+                PeerRole::Observer => "observer",
+            };
+            let client = match &p.client {
+                Some((h, port)) => format!("{h}:{port}"),
+                None => format!("{}:{}", self.client_addr.ip(), self.client_addr.port()),
+            };
+            let _ = writeln!(
+                out,
+                "server.{id}={}:{}:{}:{role};{client}",
+                p.host, p.quorum_port, p.election_port
+            );
+        }
+        out.push_str("version=0");
+        out
+    }
+
     /// Reads `file` (if any), then applies `overrides` (`key=value`, from the
     /// command line) on top, and validates the result.
     pub fn load(file: Option<&Path>, overrides: &[(String, String)]) -> Result<Self, ConfigError> {
@@ -480,6 +524,16 @@ impl ServerConfig {
                 }
             }
             "rzk.log.format" => self.log_format = v.parse().map_err(|e: String| invalid(s, &e))?,
+            "rzk.zxid.counterLimit" => {
+                self.zxid_counter_limit = counter_limit(s)?;
+                if self.zxid_counter_limit != u32::MAX {
+                    self.warnings.push(format!(
+                        "{}: rzk.zxid.counterLimit={} is a test knob: the leader rolls to the \
+                         next epoch every {} writes (every member must have the same value)",
+                        s.origin, s.value, self.zxid_counter_limit
+                    ));
+                }
+            }
             "initLimit" => self.init_limit = positive(s)?,
             "syncLimit" => self.sync_limit = positive(s)?,
             key if key.starts_with("server.") => {
@@ -706,6 +760,36 @@ fn number<T: std::str::FromStr>(s: &Setting) -> Result<T, ConfigError> {
     s.value
         .parse()
         .map_err(|_| invalid(s, "expected a non-negative whole number"))
+}
+
+/// `rzk.zxid.counterLimit`: decimal or `0x` hex, from
+/// [`ZXID_COUNTER_LIMIT_MIN`] to `0xffffffff`.
+fn counter_limit(s: &Setting) -> Result<u32, ConfigError> {
+    let v = s.value.trim();
+    let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(hex) if !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            u64::from_str_radix(hex, 16).ok()
+        }
+        Some(_) => None,
+        None if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => v.parse::<u64>().ok(),
+        None => None,
+    };
+    let Some(n) = parsed else {
+        return Err(invalid(
+            s,
+            "expected a whole number, decimal or 0x hex (default 0xffffffff)",
+        ));
+    };
+    if n < u64::from(ZXID_COUNTER_LIMIT_MIN) || n > u64::from(u32::MAX) {
+        return Err(invalid(
+            s,
+            &format!(
+                "must be from {ZXID_COUNTER_LIMIT_MIN} to 0xffffffff (the zxid counter is 32 bits; \
+                 every rollover uses up one epoch)"
+            ),
+        ));
+    }
+    Ok(n as u32)
 }
 
 fn at_least<T: std::str::FromStr + PartialOrd + fmt::Display + Copy>(
@@ -1007,6 +1091,49 @@ mod tests {
             ServerConfig::parse("! bang comment\n  tickTime : 1000\nclientPort 3000\n").unwrap();
         assert_eq!(cfg.tick_time_ms, 1000);
         assert_eq!(cfg.client_addr.port(), 3000);
+    }
+
+    #[test]
+    fn zxid_counter_limit_is_a_test_knob_with_a_minimum() {
+        let cfg = ServerConfig::parse("").unwrap();
+        assert_eq!(
+            cfg.zxid_counter_limit,
+            u32::MAX,
+            "the whole counter by default"
+        );
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+        let cfg = ServerConfig::parse("rzk.zxid.counterLimit=0xffffffff\n").unwrap();
+        assert_eq!(cfg.zxid_counter_limit, u32::MAX);
+        assert!(cfg.warnings.is_empty(), "the default is no test knob");
+        let cfg = ServerConfig::parse("rzk.zxid.counterLimit=1000\n").unwrap();
+        assert_eq!(cfg.zxid_counter_limit, 1000);
+        assert!(
+            cfg.warnings.iter().any(|w| w.contains("test knob")),
+            "{:?}",
+            cfg.warnings
+        );
+        let cfg = ServerConfig::parse("rzk.zxid.counterLimit=0X10\n").unwrap();
+        assert_eq!(cfg.zxid_counter_limit, ZXID_COUNTER_LIMIT_MIN);
+        for bad in [
+            "15",
+            "0",
+            "0x100000000",
+            "4294967296",
+            "-1",
+            "1e3",
+            "0x",
+            "lots",
+            "",
+        ] {
+            let err = ServerConfig::parse(&format!("rzk.zxid.counterLimit={bad}\n"))
+                .expect_err(bad)
+                .to_string();
+            assert!(err.contains("rzk.zxid.counterLimit"), "{bad}: {err}");
+        }
+        let err = ServerConfig::parse("rzk.zxid.counterLimit=15\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("from 16 to 0xffffffff"), "{err}");
     }
 
     #[test]

@@ -248,6 +248,19 @@ pub(crate) enum InFlight {
     Connect(ConnId),
 }
 
+/// A client resuming its session on this member, waiting for the member to be
+/// current before the session table decides (`sessions.rs`).
+#[derive(Debug)]
+pub(crate) struct Revalidation {
+    /// The token of the sync barrier it waits for.
+    pub(crate) token: u64,
+    pub(crate) req: ConnectRequest,
+    /// The session timeout negotiated for this connection.
+    pub(crate) negotiated: i32,
+    /// The barrier, once the leader gave it; decided when applied reaches it.
+    pub(crate) barrier: Option<Zxid>,
+}
+
 /// A connection that sent its ConnectRequest while this member was not
 /// serving: it is answered once the member serves again.
 #[derive(Debug)]
@@ -330,6 +343,8 @@ pub(crate) struct Core {
     pub(crate) snapshot_saves: FuturesUnordered<Proposal>,
     pub(crate) syncs: FuturesUnordered<tokio::task::JoinHandle<SyncDone>>,
     pub(crate) next_sync_token: u64,
+    /// Resumes waiting for their barrier, by connection (at most one each).
+    pub(crate) revalidating: HashMap<ConnId, Revalidation>,
     pub(crate) stats: Stats,
     pub(crate) started: Instant,
     pub(crate) shutting_down: bool,
@@ -399,6 +414,7 @@ impl Core {
             snapshot_saves: FuturesUnordered::new(),
             syncs: FuturesUnordered::new(),
             next_sync_token: 1,
+            revalidating: HashMap::new(),
             stats: Stats::default(),
             started: Instant::now(),
             shutting_down: false,
@@ -582,6 +598,7 @@ impl Core {
         self.proposals = FuturesUnordered::new();
         self.touched.clear();
         self.in_flight.clear();
+        self.revalidating.clear();
         for (id, conn) in self.conns.drain() {
             conn.outbox.close_now();
             self.watches.remove_conn(id);
@@ -949,6 +966,9 @@ impl Core {
         token: u64,
         result: Result<Zxid, ReplicateError>,
     ) -> Result<(), CoreError> {
+        if self.revalidating.get(&id).is_some_and(|r| r.token == token) {
+            return self.on_revalidated(id, result);
+        }
         let zxid = match result {
             Ok(z) => z,
             Err(ReplicateError::Storage(e)) => return Err(ReplicateError::Storage(e).into()),

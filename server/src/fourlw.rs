@@ -137,6 +137,11 @@ pub(crate) fn mntr_rows(st: &ServerStats) -> Vec<(&'static str, String)> {
             st.min_response_bytes.to_string(),
         ),
         ("non_mtls_local_conn_count", "0".into()),
+        ("looking_count", st.quorum.looking_count.to_string()),
+        // rzk's own: where this member's durable log ends, as a hex zxid
+        // (tests wait on it to crash a member at a chosen step).
+        ("rzk_last_durable_zxid", st.quorum.last_durable.to_string()),
+        ("rzk_accepted_epoch", st.quorum.accepted_epoch.0.to_string()),
     ];
     if st.state() != "standalone" {
         rows.push(("quorum_size", st.quorum.quorum_size.to_string()));
@@ -170,22 +175,8 @@ fn conf_membership(st: &ServerStats, out: &mut String) {
     let observer = me.role == crate::config::PeerRole::Observer;
     let _ = writeln!(out, "peerType={}", u8::from(observer));
     out.push_str("membership: \n");
-    for (id, p) in &cfg.servers {
-        let role = match p.role {
-            crate::config::PeerRole::Participant => "participant",
-            crate::config::PeerRole::Observer => "observer",
-        };
-        let client = match &p.client {
-            Some((h, port)) => format!("{h}:{port}"),
-            None => format!("{}:{}", cfg.client_addr.ip(), cfg.client_addr.port()),
-        };
-        let _ = writeln!(
-            out,
-            "server.{id}={}:{}:{}:{role};{client}",
-            p.host, p.quorum_port, p.election_port
-        );
-    }
-    out.push_str("version=0\n");
+    out.push_str(&cfg.membership_text());
+    out.push('\n');
 }
 
 /// The output of a four-letter word that only reads (everything but

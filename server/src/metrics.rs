@@ -15,6 +15,8 @@
 //!   `outstanding_tls_handshake`; in an ensemble `quorum_size`, and on the
 //!   leader `learners`, `synced_followers`, `synced_non_voting_followers`,
 //!   `synced_observers`, `pending_syncs`;
+//! - counters (`ServerMetrics`): `looking_count`, the times this member went
+//!   looking for a leader (its first election included);
 //! - summaries (`ServerMetrics`, detail level ADVANCED: quantiles 0.5, 0.9,
 //!   0.99): `readlatency`, `updatelatency` in ms.
 //!
@@ -27,7 +29,7 @@
 use std::net::SocketAddr;
 
 use prometheus::proto::{
-    Gauge, Metric, MetricFamily, MetricType, Quantile, Summary as PromSummary,
+    Counter, Gauge, Metric, MetricFamily, MetricType, Quantile, Summary as PromSummary,
 };
 use prometheus::Encoder;
 use tokio::net::TcpListener;
@@ -52,6 +54,14 @@ fn gauge(name: &str, value: f64) -> MetricFamily {
     let mut m = Metric::default();
     m.set_gauge(g);
     family(name, MetricType::GAUGE, m)
+}
+
+fn counter(name: &str, value: f64) -> MetricFamily {
+    let mut c = Counter::default();
+    c.set_value(value);
+    let mut m = Metric::default();
+    m.set_counter(c);
+    family(name, MetricType::COUNTER, m)
 }
 
 fn summary(name: &str, s: &LatencySnapshot) -> MetricFamily {
@@ -101,6 +111,7 @@ pub(crate) fn families(st: &ServerStats) -> Vec<MetricFamily> {
         gauge("min_client_response_size", st.min_response_bytes as f64),
         gauge("max_client_response_size", st.max_response_bytes as f64),
         gauge("outstanding_tls_handshake", 0.0),
+        counter("looking_count", st.quorum.looking_count as f64),
         summary("readlatency", &st.read_latency),
         summary("updatelatency", &st.update_latency),
         gauge("rzk_last_applied_zxid", st.quorum.last_zxid.as_u64() as f64),

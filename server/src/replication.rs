@@ -202,6 +202,9 @@ fn core_config(config: &ServerConfig, m: &Membership) -> Config {
     c.sync_limit = tick * u64::from(config.sync_limit);
     // ZooKeeper's leader pings its learners every half tick.
     c.ping_interval = (tick / 2).max(1);
+    // I3: the leader rolls to the next epoch at this counter (a test knob;
+    // the default is the whole 32-bit counter).
+    c.counter_limit = rzk_zxid::CounterLimit::new(config.zxid_counter_limit);
     if m.voters.len() == 1 {
         // Nobody else can vote: the election is decided at once.
         c.finalize_wait = 0;
@@ -360,5 +363,19 @@ mod tests {
         assert_eq!((core.init_limit, core.sync_limit), (700, 300));
         assert_eq!(core.ping_interval, 50);
         assert!(core.finalize_wait > 0);
+    }
+
+    #[test]
+    fn the_counter_limit_reaches_the_core() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cfg("", dir.path());
+        let m = Membership::of(&c).unwrap();
+        assert_eq!(
+            core_config(&c, &m).counter_limit,
+            rzk_zxid::CounterLimit::DEFAULT
+        );
+        let c = cfg("rzk.zxid.counterLimit=1000\n", dir.path());
+        let limit = core_config(&c, &m).counter_limit;
+        assert_eq!(limit.max_counter().0, 1000);
     }
 }

@@ -11,12 +11,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use rzk_quorum::ReplicateError;
 use rzk_wire::{ConnectRequest, Record};
+use rzk_zxid::Zxid;
 
 use crate::acl::AuthInfo;
 use crate::core::{
-    format_sid, now_ms, push_frame, Conn, ConnState, ConnStats, Core, HeldConnect, InFlight,
-    Serving,
+    format_sid, now_ms, push_frame, Conn, ConnState, ConnStats, Core, CoreError, HeldConnect,
+    InFlight, Revalidation, Serving,
 };
 use crate::forward::ForwardMsg;
 use crate::leader::Submit;
@@ -111,7 +113,7 @@ impl Core {
     }
 
     /// A client comes back with its session id and password.
-    fn resume(&mut self, id: ConnId, mut conn: Conn, req: &ConnectRequest, negotiated: i32) {
+    fn resume(&mut self, id: ConnId, conn: Conn, req: &ConnectRequest, negotiated: i32) {
         let sid = req.session_id.0;
         // doc §3.5 step 1: any other connection of this session is closed
         // first, even if the password turns out wrong.
@@ -123,6 +125,84 @@ impl Core {
                 }
             }
         }
+        // This member's session table may be behind the ensemble's either way:
+        // a session created (or closed, or expired) through another member is
+        // applied here a moment after that member answered its client. So a
+        // member does not decide from its table at once: ZooKeeper's learners
+        // ask the leader (REVALIDATE); here the I6b barrier gives the same
+        // answer. Once this member has applied everything committed before the
+        // sync reached the leader, its table holds the session exactly when the
+        // ensemble does. Requests pipelined behind the ConnectRequest wait in
+        // the connection's backlog meanwhile.
+        let token = self.next_sync_token;
+        self.next_sync_token += 1;
+        let barrier = self.replicator.sync();
+        self.syncs
+            .push(tokio::spawn(async move { (id, token, barrier.await) }));
+        self.revalidating.insert(
+            id,
+            Revalidation {
+                token,
+                req: req.clone(),
+                negotiated,
+                barrier: None,
+            },
+        );
+        self.conns.insert(id, conn);
+    }
+
+    /// The barrier of a resume arrived (or the sync failed: without a leader
+    /// the session cannot be vouched for, and the client tries again).
+    pub(crate) fn on_revalidated(
+        &mut self,
+        id: ConnId,
+        result: Result<Zxid, ReplicateError>,
+    ) -> Result<(), CoreError> {
+        match result {
+            Ok(zxid) => {
+                if let Some(r) = self.revalidating.get_mut(&id) {
+                    r.barrier = Some(zxid);
+                }
+                self.revalidations_ready();
+                Ok(())
+            }
+            Err(ReplicateError::Storage(e)) => Err(ReplicateError::Storage(e).into()),
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot revalidate a session: closing the connection");
+                self.revalidating.remove(&id);
+                self.fail_conn(id);
+                Ok(())
+            }
+        }
+    }
+
+    /// Decides the resumes whose barrier this member has applied.
+    pub(crate) fn revalidations_ready(&mut self) {
+        if self.revalidating.is_empty() {
+            return;
+        }
+        let applied = self.applied;
+        let ready: Vec<ConnId> = self
+            .revalidating
+            .iter()
+            .filter(|(_, r)| r.barrier.is_some_and(|b| b <= applied))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ready {
+            let r = self.revalidating.remove(&id).expect("listed above");
+            let Some(conn) = self.conns.remove(&id) else {
+                continue;
+            };
+            if matches!(conn.state, ConnState::Closing) {
+                continue;
+            }
+            self.finish_resume(id, conn, &r.req, r.negotiated);
+        }
+    }
+
+    /// Answers a resume from this member's (current) session table.
+    fn finish_resume(&mut self, id: ConnId, mut conn: Conn, req: &ConnectRequest, negotiated: i32) {
+        let sid = req.session_id.0;
         let valid = self
             .sessions
             .get(&sid)
@@ -134,7 +214,17 @@ impl Core {
             return;
         }
         let s = self.sessions.get_mut(&sid).expect("checked above");
-        s.conn = Some(id);
+        // Another connection may have resumed the session meanwhile: the newer
+        // one wins, as at step 1.
+        if let Some(old) = s.conn.replace(id) {
+            if old != id {
+                if let Some(c) = self.conns.get_mut(&old) {
+                    c.state = ConnState::Closing;
+                    c.outbox.close_now();
+                }
+            }
+        }
+        let s = self.sessions.get_mut(&sid).expect("checked above");
         s.timeout_ms = negotiated;
         let resp = req.accept(
             negotiated,
@@ -146,6 +236,7 @@ impl Core {
         conn.stats.sent += 1;
         self.stats.packets_sent += 1;
         tracing::info!(session = %format_sid(sid), peer = %conn.peer, timeout_ms = negotiated, "session resumed");
+        let backlog = std::mem::take(&mut conn.backlog);
         self.conns.insert(id, conn);
         // The leader makes this member the session's owner (a write through
         // another member's stale connection then gets SESSIONMOVED).
@@ -153,6 +244,9 @@ impl Core {
         match self.leader.as_mut() {
             Some(l) => l.attach(&self.sessions, sid, me),
             None => self.forward(id, ForwardMsg::Attach { session: sid }),
+        }
+        for (req, permit) in backlog {
+            self.process(id, sid, req, permit);
         }
     }
 
@@ -169,6 +263,7 @@ impl Core {
 
     pub(crate) fn on_closed(&mut self, id: ConnId) {
         self.held_connects.retain(|h| h.conn != id);
+        self.revalidating.remove(&id);
         let Some(conn) = self.conns.remove(&id) else {
             return;
         };

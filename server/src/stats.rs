@@ -99,6 +99,15 @@ pub(crate) struct QuorumView {
     pub pending_syncs: usize,
     /// The last applied zxid.
     pub last_zxid: Zxid,
+    /// Times this member went looking for a leader since it started (its
+    /// first election included): ZooKeeper's `looking_count`. An epoch
+    /// rollover (I3) leaves it unchanged.
+    pub looking_count: u64,
+    /// The last zxid in this member's durable log (it may be ahead of the
+    /// applied one: proposed or acknowledged, not yet committed).
+    pub last_durable: Zxid,
+    /// The durable acceptedEpoch (see `rzk_quorum::QuorumStats`).
+    pub accepted_epoch: rzk_zxid::Epoch,
 }
 
 /// One client connection.
@@ -348,6 +357,9 @@ impl Core {
                 synced_observers: count(&|l| !l.voting && l.synced),
                 pending_syncs: if leading { q.pending_syncs } else { 0 },
                 last_zxid: self.applied,
+                looking_count: q.elections,
+                last_durable: q.last_durable,
+                accepted_epoch: q.accepted_epoch,
             },
             uptime_ms: self.started.elapsed().as_millis() as u64,
             node_count: self.tree.node_count(),

@@ -736,6 +736,25 @@ impl DataTree {
         Ok(stat)
     }
 
+    /// Sets `/zookeeper/config` to `data`, this member's view of the ensemble,
+    /// as ZooKeeper's quorum peers do when they load their database
+    /// (`ZKDatabase.initConfigInZKDatabase`): a local write, not a txn, with
+    /// version −1, mzxid 0 (the configuration's version) and mtime `time_ms`.
+    pub fn set_config_node(&mut self, data: &[u8], time_ms: i64) {
+        const CONFIG: &str = "/zookeeper/config";
+        let Some(idx) = self.lookup(CONFIG) else {
+            return;
+        };
+        self.cow(idx, CONFIG);
+        let n = self.node_mut(idx);
+        let old = n.data_len() as u64;
+        n.set_data(Some(data));
+        n.version = -1;
+        n.mzxid = 0;
+        n.mtime = time_ms;
+        self.data_bytes = (self.data_bytes + data.len() as u64).saturating_sub(old);
+    }
+
     /// Replaces the ACL at `p`: aversion + 1.
     pub fn set_acl(&mut self, p: &str, acl: &[Acl]) -> Result<Stat, ErrorCode> {
         let idx = self.lookup(p).ok_or(ErrorCode::NoNode)?;

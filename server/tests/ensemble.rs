@@ -98,6 +98,22 @@ async fn writes_through_every_member_are_read_on_every_member() {
     let conf = e.four_letter((leader + 1) % 3, "conf").await;
     assert!(conf.contains("membership: "), "{conf}");
     assert_eq!(conf.matches("server.").count(), 3, "{conf}");
+    // /zookeeper/config holds the membership on every member, as ZooKeeper's
+    // QuorumVerifier writes it: each server line with its role, then the
+    // configuration's version (zkCli's `config` prints it).
+    for c in &clients {
+        let (data, stat) = c.get_data("/zookeeper/config").await.unwrap();
+        let text = String::from_utf8(data).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        for (m, line) in e.members.iter().zip(&lines) {
+            let head = format!("server.{}=127.0.0.1:{}:", m.id, m.quorum.port());
+            let tail = format!(":participant;127.0.0.1:{}", m.client.port());
+            assert!(line.starts_with(&head) && line.ends_with(&tail), "{text}");
+        }
+        assert_eq!(lines[3], "version=0", "{text}");
+        assert_eq!((stat.version, stat.mzxid), (-1, 0), "{stat:?}");
+    }
     drop(clients);
     e.stop_all().await;
 }

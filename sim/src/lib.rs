@@ -30,6 +30,7 @@
 #![deny(missing_docs)]
 
 mod checker;
+mod relays;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -43,6 +44,7 @@ use rzk_zxid::{CounterLimit, Zxid};
 
 pub use checker::Violation;
 use checker::{payload_id, violation, Checker, Disk};
+pub use relays::ObserverReport;
 
 /// What a run simulates.
 #[derive(Clone, Debug)]
@@ -82,6 +84,12 @@ pub struct Options {
     /// Whether to check I1 on every message (AdvertisedDurable). Turned off only
     /// to show what a violation leads to further on (a log gap, a lost txn).
     pub check_claims: bool,
+    /// Simulated observers following the relays (`rzk-observer-master`) that
+    /// the leader and every follower run (issue 12); 0 runs none.
+    pub observers: usize,
+    /// Regression switch for ZOOKEEPER-5088: relays start from the committed
+    /// zxid only, without the proposals in flight, and skip unmatched commits.
+    pub bug_5088: bool,
 }
 
 impl Default for Options {
@@ -101,6 +109,8 @@ impl Default for Options {
             link_resets: true,
             trace_lines: 60,
             check_claims: true,
+            observers: 2,
+            bug_5088: false,
         }
     }
 }
@@ -129,6 +139,8 @@ pub struct Report {
     /// Peer messages refused by a core (`Output::Refused`): stale sessions,
     /// broken streams, and the bad input the faults produce.
     pub refused: u64,
+    /// What the simulated observers did.
+    pub observers: ObserverReport,
 }
 
 /// A failing run: the seed, the property, and the last events.
@@ -236,6 +248,8 @@ struct World {
     limit: CounterLimit,
     faults_on: bool,
     events_since_check: u64,
+    /// The nodes' observer relays and the simulated observers.
+    relays: relays::Relays,
 }
 
 const TICK_MS: u64 = 10;
@@ -277,6 +291,7 @@ pub fn run(seed: u64, opts: &Options) -> Result<Report, Box<Failure>> {
             r.trace_hash = w.hash;
             r.sim_ms = w.now;
             r.acked = w.checker.acked.len();
+            r.observers = w.relays.report.clone();
             Ok(r)
         }
         Err(v) => Err(w.failure(seed, v, "")),
@@ -363,6 +378,7 @@ impl World {
             })
             .collect();
         World {
+            relays: relays::Relays::new(seed, opts.nodes, opts.observers, opts.bug_5088),
             group: vec![0; opts.nodes],
             link_last: BTreeMap::new(),
             opts,
@@ -404,6 +420,12 @@ impl World {
         }
         if !opts.check_claims {
             replay.push_str(" --no-claims-check");
+        }
+        if opts.observers != Options::default().observers {
+            replay.push_str(&format!(" --observers {}", opts.observers));
+        }
+        if opts.bug_5088 {
+            replay.push_str(" --bug-5088");
         }
         if opts.disconnect_notice == 0.0 && !opts.link_resets {
             replay.push_str(" --no-disconnects");
@@ -612,6 +634,17 @@ impl World {
         Ok(())
     }
 
+    /// The simulated observers read their relays (everything when `all`).
+    fn observers_read(&mut self, all: bool) -> Result<(), Violation> {
+        let roles: Vec<Option<Role>> = self
+            .nodes
+            .iter()
+            .map(|n| n.peer.as_ref().map(|p| p.role()))
+            .collect();
+        let sms: Vec<&[(Zxid, u64)]> = self.nodes.iter().map(|n| n.sm.as_slice()).collect();
+        self.relays.read(&roles, &sms, &self.checker.global, all)
+    }
+
     fn converged(&self) -> bool {
         let mut leader = None;
         for n in &self.nodes {
@@ -625,6 +658,14 @@ impl World {
         }
         let Some(l) = leader else { return false };
         let target = l.commit_known();
+        let target_len = self
+            .nodes
+            .iter()
+            .find(|n| n.peer.as_ref().is_some_and(|p| p.role() == Role::Leader))
+            .map_or(0, |n| n.sm.len());
+        if !self.relays.caught_up(target_len) {
+            return false;
+        }
         self.nodes.iter().all(|n| {
             let p = n.peer.as_ref().expect("all up");
             p.leader() == Some(l.id())
@@ -696,7 +737,8 @@ impl World {
                     return Ok(());
                 }
                 self.schedule(self.now + TICK_MS, Event::Tick { node, incarnation });
-                self.step(node, Input::Tick)
+                self.step(node, Input::Tick)?;
+                self.observers_read(!self.faults_on)
             }
             Event::Client => self.client(),
             Event::ClientSync => self.client_sync(),
@@ -846,7 +888,11 @@ impl World {
 
     fn handle_outputs(&mut self, i: usize, out: Vec<Output>) -> Result<(), Violation> {
         for o in out {
+            self.relays.on_output(i, &o)?;
             self.handle_output(i, o)?;
+        }
+        if let Some(peer) = self.nodes[i].peer.as_ref() {
+            self.relays.after_batch(i, peer);
         }
         Ok(())
     }
@@ -1209,6 +1255,7 @@ impl World {
             self.apply_to_disk(i, cmd, keep)?;
         }
         self.nodes[i].peer = None;
+        self.relays.drop_relay(i);
         self.notice_crash(i);
         Ok(())
     }

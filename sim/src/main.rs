@@ -3,7 +3,9 @@
 //! Flags: `--seeds N` (default 1000), `--start S` (first seed, default 0),
 //! `--seed S` (run one seed and print its report or failure), `--nodes N`
 //! (3 or 5; default alternates per seed), `--limit C` (zxid counter limit),
-//! `--bug-5094` (re-introduce ZOOKEEPER-5094), `--no-claims-check` (skip the
+//! `--bug-5094` (re-introduce ZOOKEEPER-5094), `--bug-5088` (relays start
+//! without the proposals in flight, ZOOKEEPER-5088), `--observers N` (simulated
+//! observers, default 2), `--no-claims-check` (skip the
 //! I1 message check, to see what a violation leads to), `--fault-ms MS`,
 //! `--trace LINES`.
 
@@ -26,6 +28,12 @@ fn main() {
         opts.bugs = TestBugs {
             keep_memory_after_interrupted_trunc: true,
         };
+    }
+    if args.iter().any(|a| a == "--bug-5088") {
+        opts.bug_5088 = true;
+    }
+    if let Some(n) = get("--observers") {
+        opts.observers = n as usize;
     }
     if args.iter().any(|a| a == "--no-claims-check") {
         opts.check_claims = false;

@@ -24,8 +24,10 @@
 //! [`PanicTrap::new`] until the trap is dropped; a panic that unwinds the test itself
 //! is also recorded, but the trap does not report it again (the test fails anyway).
 //!
-//! What it cannot see: panics on threads it was not told about, such as the workers
-//! of a multi-thread runtime. Await those tasks' handles and propagate the error.
+//! What it cannot see: panics on threads it was not told about. The workers of a
+//! multi-thread runtime are told about through [`PanicTrap::thread_hook`] (the
+//! runtime's `on_thread_start`); otherwise await those tasks' handles and propagate
+//! the error.
 
 use std::collections::HashMap;
 use std::panic::{self, PanicHookInfo};
@@ -108,6 +110,12 @@ fn record(info: &PanicHookInfo<'_>) {
     }
 }
 
+thread_local! {
+    /// The registrations made by [`PanicTrap::thread_hook`], dropped when the thread ends.
+    static THREAD_REGISTRATIONS: std::cell::RefCell<Vec<Registration>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Registers a trap's record for the current thread until dropped.
 struct Registration {
     thread: ThreadId,
@@ -176,6 +184,18 @@ impl PanicTrap {
     /// purpose and checks it itself.
     pub fn take(&self) -> Vec<CaughtPanic> {
         std::mem::take(&mut *lock(&self.slot))
+    }
+
+    /// A function that registers the thread calling it with this trap until that
+    /// thread ends: give it to a multi-thread tokio runtime's builder as
+    /// `on_thread_start`, so panics on the runtime's workers and blocking threads are
+    /// recorded (`#[tokio::test(flavor = "multi_thread")]` offers no such hook: build
+    /// the runtime by hand).
+    pub fn thread_hook(&self) -> impl Fn() + Send + Sync + 'static {
+        let slot = self.slot.clone();
+        move || {
+            THREAD_REGISTRATIONS.with(|r| r.borrow_mut().push(Registration::new(&slot)));
+        }
     }
 
     /// Starts a helper thread named `name` whose panics this trap records.
@@ -283,6 +303,30 @@ mod tests {
         assert_eq!(caught.len(), 1, "{caught:?}");
         assert_eq!(caught[0].thread, "helper");
         assert_eq!(caught[0].message, "helper failed");
+    }
+
+    #[test]
+    fn a_thread_registered_by_the_hook_is_recorded_until_it_ends() {
+        let trap = PanicTrap::new();
+        let hook = trap.thread_hook();
+        // As a runtime's worker: the hook runs first on the new thread.
+        let worker = thread::Builder::new()
+            .name("worker".to_owned())
+            .spawn(move || {
+                hook();
+                let _ = panic::catch_unwind(|| panic!("inside a worker's task"));
+            })
+            .expect("spawn");
+        let worker_id = worker.thread().id();
+        worker.join().expect("the worker caught its task's panic");
+        let caught = trap.take();
+        assert_eq!(caught.len(), 1, "{caught:?}");
+        assert_eq!(caught[0].thread, "worker");
+        assert_eq!(caught[0].message, "inside a worker's task");
+        assert!(
+            !registry().contains_key(&worker_id),
+            "the worker's registration ends with it"
+        );
     }
 
     #[test]

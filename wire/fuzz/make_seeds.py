@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Writes the fuzz seed corpora from the golden frames of the protocol doc's
-Appendix A (../tests/data/appendix_a.txt) into seeds/<target>/.
+"""Writes the fuzz seed inputs from the golden frames of the protocol doc's
+Appendix A (../tests/data/appendix_a.txt) into corpus/<target>/, the checked-in
+corpus that .ci/stages/34-fuzz.sh starts from and grows.
 
 Input format of both targets: byte 0 bit 0 = start after a valid connect frame,
 byte 1 = chunk size (0 = whole), then the byte stream. Run from wire/fuzz:
@@ -26,7 +27,7 @@ def frames():
 
 
 def write(target, name, data):
-    d = os.path.join(HERE, "seeds", target)
+    d = os.path.join(HERE, "corpus", target)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, name), "wb") as f:
         f.write(bytes(data))

@@ -1,6 +1,10 @@
 //! Round-trip property tests for every record, every request, every response
 //! and the frames built from them; and "never panics" properties for both
-//! decoders on arbitrary bytes.
+//! decoders: on arbitrary bytes (which mostly exercise the framing layer), and
+//! on well-framed streams of valid, mutated and random bodies for every opcode
+//! and every response type (which reach the record decoders), checking what the
+//! codec does after each frame: one item per frame, and after an error either a
+//! usable codec or the documented close.
 //!
 //! The seed is fixed so that a run is reproducible (STYLE rule 10); proptest
 //! prints the failing case and its minimal form.
@@ -17,7 +21,7 @@ use crate::jute::{Record, Strictness};
 use crate::multi::*;
 use crate::records::*;
 use crate::request::{Request, RequestFrame};
-use crate::response::{Notification, Reply, Response};
+use crate::response::{Notification, RawReply, Reply, Response};
 use crate::{client, server, ClientCodec, ServerCodec};
 
 fn config() -> ProptestConfig {
@@ -552,7 +556,8 @@ proptest! {
     }
 
     /// I7: arbitrary bytes after a valid ConnectRequest never make the server
-    /// decoder panic, and whatever it returns leaves it in a usable state.
+    /// decoder panic. (Random lengths: this mostly exercises the framing layer;
+    /// the well-framed properties below reach the record decoders.)
     #[test]
     fn server_decoder_never_panics(chunks in proptest::collection::vec(
         proptest::collection::vec(any::<u8>(), 0..64), 0..8)) {
@@ -586,6 +591,456 @@ proptest! {
         }
         let _ = client.decode_eof(&mut src);
     }
+}
+
+// ---- well-framed streams: valid, mutated and random bodies ----
+
+/// How a frame's payload is altered before it is framed (the length prefix is
+/// always the payload's true length).
+#[derive(Clone, Debug)]
+enum Mutation {
+    None,
+    /// Cut the payload to this fraction (in 1/256) of its length.
+    Truncate(u8),
+    /// XOR `mask` into the byte at this fraction (in 1/256) of the payload.
+    Flip(Vec<(u8, u8)>),
+    /// Append bytes after the record.
+    Append(Vec<u8>),
+    /// Keep the header, replace the body with random bytes.
+    RandomBody(Vec<u8>),
+    /// Keep the body, change the header's opcode (server side) or decode the
+    /// reply as another opcode (client side).
+    OtherOpcode(i32),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    let some_bytes = || proptest::collection::vec(any::<u8>(), 0..48);
+    let opcode = prop_oneof![
+        proptest::sample::select(OpCode::ALL).prop_map(OpCode::as_i32),
+        any::<i32>(),
+    ];
+    prop_oneof![
+        2 => Just(Mutation::None),
+        1 => any::<u8>().prop_map(Mutation::Truncate),
+        2 => proptest::collection::vec((any::<u8>(), 1u8..), 1..4).prop_map(Mutation::Flip),
+        1 => proptest::collection::vec(any::<u8>(), 1..16).prop_map(Mutation::Append),
+        2 => some_bytes().prop_map(Mutation::RandomBody),
+        1 => opcode.prop_map(Mutation::OtherOpcode),
+    ]
+}
+
+/// Applies `m` to `payload`, whose first `header` bytes are the header.
+fn mutate(payload: &mut Vec<u8>, m: &Mutation, header: usize) {
+    let at = |fraction: u8, len: usize| (usize::from(fraction) * len) / 256;
+    match m {
+        Mutation::None | Mutation::OtherOpcode(_) => {}
+        Mutation::Truncate(f) => payload.truncate(at(*f, payload.len())),
+        Mutation::Flip(flips) => {
+            for (f, mask) in flips {
+                if !payload.is_empty() {
+                    let i = at(*f, payload.len());
+                    payload[i] ^= mask;
+                }
+            }
+        }
+        Mutation::Append(extra) => payload.extend_from_slice(extra),
+        Mutation::RandomBody(body) => {
+            payload.truncate(header);
+            payload.extend_from_slice(body);
+        }
+    }
+}
+
+/// One request frame's payload, and what it was made from.
+#[derive(Clone, Debug)]
+struct RequestCase {
+    original: RequestFrame,
+    mutation: Mutation,
+    payload: Vec<u8>,
+}
+
+fn request_case() -> impl Strategy<Value = RequestCase> {
+    (any::<i32>(), request(), mutation()).prop_map(|(xid, request, mutation)| {
+        let original = RequestFrame {
+            xid: Xid(xid),
+            request,
+        };
+        let mut b = BytesMut::new();
+        original.encode_payload(&mut b);
+        let mut payload = b.to_vec();
+        if let Mutation::OtherOpcode(op) = mutation {
+            payload[4..8].copy_from_slice(&op.to_be_bytes());
+        }
+        mutate(&mut payload, &mutation, 8);
+        RequestCase {
+            original,
+            mutation,
+            payload,
+        }
+    })
+}
+
+/// What the server decoder made of one frame.
+#[derive(Debug, PartialEq, Eq, Clone, Copy, Hash)]
+enum ServerOutcome {
+    Request(OpCode),
+    Malformed(OpCode),
+    Unknown,
+    /// A framing error: the codec is failed and the connection must close.
+    Closed,
+}
+
+const REQUEST_FRAME_MAX: usize = 4096;
+
+/// Feeds a ConnectRequest and then `cases` (framed, in chunks of `chunk` bytes,
+/// 0 = all at once) to a ServerCodec and checks, frame by frame: exactly one item
+/// per frame, with the frame's xid and opcode; an accepted request re-encodes to
+/// the same request (and is the original when unmutated); a Malformed or unknown
+/// opcode leaves the codec decoding the next frame; a framing error (a payload
+/// shorter than the 8-byte header, or over the limit) fails the codec, which
+/// then ignores everything (the connection closes, doc §7.15). Returns the
+/// outcome of each frame decoded.
+fn check_server_stream(cases: &[RequestCase], chunk: usize) -> Vec<ServerOutcome> {
+    let mut stream = BytesMut::new();
+    ClientCodec::new()
+        .encode(
+            ConnectRequest {
+                protocol_version: 0,
+                last_zxid_seen: Zxid::ZERO,
+                timeout_ms: 0,
+                session_id: SessionId::NONE,
+                passwd: Bytes::from_static(&[0; 16]),
+                read_only: Some(false),
+            },
+            &mut stream,
+        )
+        .unwrap();
+    for c in cases {
+        stream.extend_from_slice(&(c.payload.len() as i32).to_be_bytes());
+        stream.extend_from_slice(&c.payload);
+    }
+    let mut codec = ServerCodec::with_frame_bytes_max(REQUEST_FRAME_MAX);
+    let mut items = Vec::new();
+    let mut src = BytesMut::new();
+    let step = if chunk == 0 { stream.len() } else { chunk };
+    let mut failed = false;
+    for piece in stream.chunks(step) {
+        src.extend_from_slice(piece);
+        loop {
+            match codec.decode(&mut src) {
+                Ok(Some(item)) => {
+                    assert!(!failed, "an item after the codec failed: {item:?}");
+                    items.push(Ok(item));
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    assert!(!failed, "a second error: {e}");
+                    failed = true;
+                    items.push(Err(e));
+                }
+            }
+        }
+        if failed {
+            assert!(src.is_empty(), "a failed codec keeps nothing buffered");
+        }
+    }
+    assert!(
+        matches!(codec.decode_eof(&mut src), Ok(None)),
+        "nothing left over"
+    );
+    let mut items = items.into_iter();
+    assert!(matches!(
+        items.next(),
+        Some(Ok(server::Incoming::Connect(_)))
+    ));
+    let mut outcomes = Vec::new();
+    for c in cases {
+        let item = items.next().expect("one item per frame");
+        let header_ok = c.payload.len() >= 8 && c.payload.len() <= REQUEST_FRAME_MAX;
+        let xid = header_ok.then(|| Xid(i32::from_be_bytes(c.payload[0..4].try_into().unwrap())));
+        let opcode = header_ok.then(|| i32::from_be_bytes(c.payload[4..8].try_into().unwrap()));
+        let outcome = match item {
+            Err(_) => {
+                assert!(!header_ok, "a framing error on a well-framed {c:?}");
+                ServerOutcome::Closed
+            }
+            Ok(server::Incoming::Request(frame)) => {
+                assert_eq!(Some(frame.xid), xid);
+                assert_eq!(Some(frame.request.opcode().as_i32()), opcode);
+                let mut again = BytesMut::new();
+                frame.encode_payload(&mut again);
+                let again = RequestFrame::decode_payload(&again.freeze())
+                    .expect("re-encoded request decodes");
+                assert_eq!(again, frame);
+                if matches!(c.mutation, Mutation::None) {
+                    assert_eq!(frame, c.original);
+                }
+                ServerOutcome::Request(frame.request.opcode())
+            }
+            Ok(server::Incoming::Malformed {
+                xid: x, opcode: op, ..
+            }) => {
+                assert_eq!((Some(x), Some(op.as_i32())), (xid, opcode));
+                assert!(
+                    !matches!(c.mutation, Mutation::None),
+                    "a valid request is malformed: {c:?}"
+                );
+                ServerOutcome::Malformed(op)
+            }
+            Ok(server::Incoming::UnknownOpCode { xid: x, opcode: op }) => {
+                assert_eq!((Some(x), Some(op)), (xid, opcode));
+                assert!(OpCode::from_i32(op).is_none_or(|o| !o.is_client_request()));
+                ServerOutcome::Unknown
+            }
+            Ok(other) => panic!("{other:?} for {c:?}"),
+        };
+        outcomes.push(outcome);
+        if outcome == ServerOutcome::Closed {
+            break;
+        }
+    }
+    assert!(items.next().is_none(), "more items than frames");
+    outcomes
+}
+
+/// One reply frame's payload, the opcode it is decoded with, and what it was
+/// made from.
+#[derive(Clone, Debug)]
+struct ReplyCase {
+    original: client::Incoming,
+    op: OpCode,
+    mutation: Mutation,
+    payload: Vec<u8>,
+}
+
+fn reply_case() -> impl Strategy<Value = ReplyCase> {
+    let reply = prop_oneof![
+        3 => (any::<i32>().prop_filter("not a notification", |x| *x != -1), zxid(), response())
+            .prop_map(|(xid, zxid, (op, r))| (op, client::Incoming::Reply(raw_of(&Reply::ok(Xid(xid), zxid, r))))),
+        1 => (any::<i32>().prop_filter("not a notification", |x| *x != -1), zxid(), error_code().prop_filter("an error", |c| *c != ErrorCode::Ok), proptest::sample::select(OpCode::ALL))
+            .prop_map(|(xid, zxid, code, op)| (op, client::Incoming::Reply(raw_of(&Reply::error(Xid(xid), zxid, code))))),
+        1 => (zxid(), watcher_event())
+            .prop_map(|(zxid, event)| (OpCode::Ping, client::Incoming::Notification(Notification { zxid, event }))),
+    ];
+    (reply, mutation()).prop_map(|((op, original), mutation)| {
+        let mut b = BytesMut::new();
+        match &original {
+            client::Incoming::Reply(raw) => {
+                raw.header.encode(&mut b);
+                b.extend_from_slice(&raw.body);
+            }
+            client::Incoming::Notification(n) => n.encode_payload(&mut b),
+            client::Incoming::Connect(_) => unreachable!("not generated"),
+        }
+        let mut payload = b.to_vec();
+        mutate(&mut payload, &mutation, 16);
+        let op = match mutation {
+            Mutation::OtherOpcode(o) => OpCode::from_i32(o).unwrap_or(op),
+            _ => op,
+        };
+        ReplyCase {
+            original,
+            op,
+            mutation,
+            payload,
+        }
+    })
+}
+
+fn raw_of(reply: &Reply) -> RawReply {
+    let mut b = BytesMut::new();
+    reply.encode_payload(&mut b);
+    match client::decode_reply(&b.freeze()).expect("an encoded reply decodes") {
+        client::Incoming::Reply(raw) => raw,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// What the client decoder made of one frame.
+#[derive(Debug, PartialEq, Eq, Clone, Copy, Hash)]
+enum ClientOutcome {
+    Decoded(OpCode),
+    BodyError(OpCode),
+    Notification,
+    /// An error from the codec (a bad header or notification): decoding ends.
+    Closed,
+}
+
+/// Feeds a ConnectResponse and then `cases` to a ClientCodec and checks, frame by
+/// frame: one item per frame with the frame's xid; a reply's body decodes with
+/// its opcode (to the original when unmutated) or fails with an error, and
+/// decoding it as any other opcode never panics; after a codec error (a header
+/// or notification ZooKeeper would never send) the codec ignores everything.
+fn check_client_stream(cases: &[ReplyCase], chunk: usize) -> Vec<ClientOutcome> {
+    let mut stream = encode_connect_response();
+    for c in cases {
+        stream.extend_from_slice(&(c.payload.len() as i32).to_be_bytes());
+        stream.extend_from_slice(&c.payload);
+    }
+    let mut codec = ClientCodec::with_limits(64 * 1024, 64 * 1024);
+    let mut items = Vec::new();
+    let mut src = BytesMut::new();
+    let step = if chunk == 0 { stream.len() } else { chunk };
+    let mut failed = false;
+    for piece in stream.chunks(step) {
+        src.extend_from_slice(piece);
+        loop {
+            match codec.decode(&mut src) {
+                Ok(Some(item)) => {
+                    assert!(!failed, "an item after the codec failed: {item:?}");
+                    items.push(Ok(item));
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    assert!(!failed, "a second error: {e}");
+                    failed = true;
+                    items.push(Err(e));
+                }
+            }
+        }
+        if failed {
+            assert!(src.is_empty(), "a failed codec keeps nothing buffered");
+        }
+    }
+    assert!(
+        matches!(codec.decode_eof(&mut src), Ok(None)),
+        "nothing left over"
+    );
+    let mut items = items.into_iter();
+    assert!(matches!(
+        items.next(),
+        Some(Ok(client::Incoming::Connect(_)))
+    ));
+    let mut outcomes = Vec::new();
+    for c in cases {
+        let item = items.next().expect("one item per frame");
+        let xid = (c.payload.len() >= 4)
+            .then(|| Xid(i32::from_be_bytes(c.payload[0..4].try_into().unwrap())));
+        let outcome = match item {
+            Err(_) => {
+                assert!(
+                    !matches!(c.mutation, Mutation::None),
+                    "a valid frame refused: {c:?}"
+                );
+                ClientOutcome::Closed
+            }
+            Ok(client::Incoming::Notification(n)) => {
+                assert_eq!(xid, Some(Xid::NOTIFICATION));
+                if matches!(c.mutation, Mutation::None) {
+                    assert_eq!(client::Incoming::Notification(n), c.original);
+                }
+                ClientOutcome::Notification
+            }
+            Ok(client::Incoming::Reply(raw)) => {
+                assert_eq!(Some(raw.header.xid), xid);
+                for &op in OpCode::ALL {
+                    let _ = raw.decode(op);
+                }
+                match raw.decode(c.op) {
+                    Ok(reply) => {
+                        if let (Mutation::None, client::Incoming::Reply(orig)) =
+                            (&c.mutation, &c.original)
+                        {
+                            assert_eq!(reply, orig.decode(c.op).expect("the original decodes"));
+                        }
+                        ClientOutcome::Decoded(c.op)
+                    }
+                    Err(_) => {
+                        assert!(
+                            !matches!(c.mutation, Mutation::None),
+                            "a valid reply refused: {c:?}"
+                        );
+                        ClientOutcome::BodyError(c.op)
+                    }
+                }
+            }
+            Ok(other) => panic!("{other:?} for {c:?}"),
+        };
+        outcomes.push(outcome);
+        if outcome == ClientOutcome::Closed {
+            break;
+        }
+    }
+    assert!(items.next().is_none(), "more items than frames");
+    outcomes
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..config() })]
+
+    /// I7: well-framed request frames (valid, mutated or random bodies, every
+    /// opcode) never make the server decoder panic; each frame gives one item
+    /// and the codec stays usable, or closes as documented.
+    #[test]
+    fn server_decoder_on_well_framed_requests(
+        cases in proptest::collection::vec(request_case(), 1..8),
+        chunk in prop_oneof![Just(0usize), 1usize..64],
+    ) {
+        check_server_stream(&cases, chunk);
+    }
+
+    /// The same for the client decoder: replies of every response type (and
+    /// error replies, and notifications) with valid, mutated or random bodies.
+    #[test]
+    fn client_decoder_on_well_framed_replies(
+        cases in proptest::collection::vec(reply_case(), 1..8),
+        chunk in prop_oneof![Just(0usize), 1usize..64],
+    ) {
+        check_client_stream(&cases, chunk);
+    }
+}
+
+/// The well-framed properties reach every body decoder: over a fixed-seed sample,
+/// every client opcode is accepted and (where it has a body) refused as
+/// malformed, and every reply opcode's body both decodes and fails to decode.
+#[test]
+fn well_framed_cases_reach_every_body_decoder() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    use std::collections::HashSet;
+    let mut runner = TestRunner::deterministic();
+    let mut server_seen = HashSet::new();
+    let requests = request_case();
+    let mut client_seen = HashSet::new();
+    let replies = reply_case();
+    for _ in 0..3_000 {
+        let c = requests.new_tree(&mut runner).unwrap().current();
+        server_seen.extend(check_server_stream(std::slice::from_ref(&c), 0));
+        let c = replies.new_tree(&mut runner).unwrap().current();
+        client_seen.extend(check_client_stream(std::slice::from_ref(&c), 0));
+    }
+    let bodiless = [OpCode::Ping, OpCode::WhoAmI, OpCode::CloseSession];
+    for &op in OpCode::ALL.iter().filter(|o| o.is_client_request()) {
+        assert!(
+            server_seen.contains(&ServerOutcome::Request(op)),
+            "{op:?} never accepted"
+        );
+        if !bodiless.contains(&op) {
+            assert!(
+                server_seen.contains(&ServerOutcome::Malformed(op)),
+                "{op:?} never malformed"
+            );
+        }
+    }
+    assert!(server_seen.contains(&ServerOutcome::Unknown));
+    assert!(server_seen.contains(&ServerOutcome::Closed));
+    let mut reply_ops: Vec<OpCode> = Vec::new();
+    let mut r2 = TestRunner::deterministic();
+    for _ in 0..2000 {
+        reply_ops.push(response().new_tree(&mut r2).unwrap().current().0);
+    }
+    for op in reply_ops {
+        assert!(
+            client_seen.contains(&ClientOutcome::Decoded(op)),
+            "{op:?} reply never decoded"
+        );
+        assert!(
+            client_seen.contains(&ClientOutcome::BodyError(op)),
+            "{op:?} reply body never refused"
+        );
+    }
+    assert!(client_seen.contains(&ClientOutcome::Notification));
+    assert!(client_seen.contains(&ClientOutcome::Closed));
 }
 
 fn encode_connect_response() -> BytesMut {

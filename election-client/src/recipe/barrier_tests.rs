@@ -340,6 +340,7 @@ fn seeded_random_outages_never_let_a_member_pass_early_and_everyone_passes() {
 
 #[tokio::test(start_paused = true)]
 async fn the_handles_run_over_a_client() {
+    let _trap = rzk_testkit::PanicTrap::new();
     use std::time::Duration;
     let server = FakeServer::default();
     let client = |s: &FakeServer| {

@@ -529,6 +529,7 @@ fn every_disturbance_at_every_step_ends_present_on_the_live_session() {
 
 #[tokio::test(start_paused = true)]
 async fn the_driver_runs_the_node_over_a_client_and_close_deletes_it() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     let client = server.client();
     client.publish(&[ConnectionState::Connected {

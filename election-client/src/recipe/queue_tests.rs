@@ -580,6 +580,7 @@ mod handles {
 
     #[tokio::test(start_paused = true)]
     async fn write_and_read_are_reentrant_per_handle_and_an_upgrade_is_refused() {
+        let _trap = rzk_testkit::PanicTrap::new();
         let server = FakeServer::default();
         let lock = ReadWriteLock::new(connected(&server), LOCK).fenced("/app/epoch");
         let w = lock.write().await.expect("write");
@@ -611,6 +612,7 @@ mod handles {
 
     #[tokio::test(start_paused = true)]
     async fn a_timed_out_acquire_leaves_no_node_and_a_writer_waits_for_readers() {
+        let _trap = rzk_testkit::PanicTrap::new();
         let server = FakeServer::default();
         let a = ReadWriteLock::new(connected(&server), LOCK);
         let b = ReadWriteLock::new(connected(&server), LOCK);
@@ -641,6 +643,7 @@ mod handles {
 
     #[tokio::test(start_paused = true)]
     async fn a_guard_follows_suspension_and_is_lost_for_good_with_its_session() {
+        let _trap = rzk_testkit::PanicTrap::new();
         let server = FakeServer::default();
         let client = connected(&server);
         let sem = Semaphore::new(client.clone(), LOCK, 2).fenced("/app/epoch");

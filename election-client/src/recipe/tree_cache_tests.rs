@@ -663,6 +663,7 @@ fn a_read_overtaken_by_a_later_event_is_not_applied_so_events_never_go_backwards
 
 #[tokio::test(start_paused = true)]
 async fn the_driver_keeps_a_cache_over_a_client_across_a_suspension() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     server.with(|t| {
         t.put(ROOT, b"root").expect("root");
@@ -711,6 +712,7 @@ async fn the_driver_keeps_a_cache_over_a_client_across_a_suspension() {
 
 #[tokio::test(start_paused = true)]
 async fn node_and_children_views_follow_their_node_only() {
+    let _trap = rzk_testkit::PanicTrap::new();
     let server = FakeServer::default();
     server.with(|t| {
         t.put(ROOT, b"root").expect("root");

@@ -7,8 +7,8 @@
 //!   `RZK_TEST_ZK` is set (the rzk pass of `.ci/stages/30-election-client.sh`) and
 //!   `${CARGO_TARGET_DIR:-target}/release/rzk` exists. A test takes the cluster's
 //!   multi-host connect string and its [`Cluster::kill_leader`] hook, so the same test
-//!   runs on one member or on an ensemble ([`Cluster::ensemble`]: Apache ZooKeeper
-//!   only, until rzk's ensemble is wired).
+//!   runs on one member or on an ensemble ([`Cluster::ensemble`], of the same program:
+//!   both read the same zoo.cfg with `server.N` lines and a `myid`).
 //! - [`Link`]: one TCP proxy per member in front of one client, cut, black-holed or
 //!   passed as a whole (a client's partition).
 //! - Helpers: connect, wait for a condition with a deadline, unique paths, a fresh
@@ -203,8 +203,11 @@ impl Cluster {
         Cluster { members: vec![s] }
     }
 
-    /// An Apache ZooKeeper ensemble of `n` members (rzk's ensemble is not wired yet).
+    /// An ensemble of `n` members of the program the environment asks for, each on
+    /// its own loopback client, quorum and election ports (rzk's gRPC uses the quorum
+    /// port; it reads the election port and does not listen on it).
     pub fn ensemble(n: u32) -> Cluster {
+        let program = Program::from_env();
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| (free_port(), free_port(), free_port()))
             .collect();
@@ -219,12 +222,12 @@ impl Cluster {
             let dir = scratch(*client);
             std::fs::write(dir.join("data/myid"), format!("{id}\n")).expect("myid");
             let cfg = format!(
-                "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={client}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\n4lw.commands.whitelist=*\nadmin.enableServer=false\n{servers}",
+                "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={client}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\n4lw.commands.whitelist=*\nadmin.enableServer=false\nznode.container.checkIntervalMs=500\n{servers}",
                 dir.join("data").display()
             );
             std::fs::write(dir.join("zoo.cfg"), cfg).expect("zoo.cfg");
             let mut s = Server {
-                program: Program::ZooKeeper,
+                program: program.clone(),
                 id,
                 port: *client,
                 dir,
@@ -297,7 +300,14 @@ impl Cluster {
         std::thread::sleep(down);
         self.members[leader].start_again();
         self.members[leader].wait_up();
-        self.wait_leader();
+        let now = self.wait_leader();
+        if self.members.len() > 1 {
+            println!(
+                "killed the leader (member {}); member {} leads now",
+                leader + 1,
+                now + 1
+            );
+        }
         leader
     }
 }
@@ -438,7 +448,25 @@ pub async fn connect(connect: &str, session_ms: u64) -> Client {
         .expect("connect")
 }
 
-/// Wait until `f` holds, polling; fail with `what` after `limit`.
+/// Runs a test's body on a multi-thread runtime of 2 workers whose threads (workers
+/// and blocking threads) report their panics to a [`rzk_testkit::PanicTrap`]: a panic
+/// in any task of the test (a writer, a recipe's callback, the client's own tasks)
+/// fails the test with its message, even if nothing awaits that task.
+pub fn run_trapped<F: std::future::Future<Output = ()>>(body: F) {
+    let trap = rzk_testkit::PanicTrap::new();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(trap.thread_hook())
+        .build()
+        .expect("a runtime");
+    rt.block_on(body);
+    drop(rt);
+    trap.check();
+}
+
+/// Wait until `f` holds, polling; fail with `what` after `limit` (or at once when a
+/// task of the test panicked).
 pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut f: F)
 where
     F: FnMut() -> Fut,
@@ -446,6 +474,7 @@ where
 {
     let deadline = Instant::now() + limit;
     while !f().await {
+        rzk_testkit::check_panics();
         assert!(
             Instant::now() < deadline,
             "timed out after {limit:?} waiting for {what}"
@@ -464,9 +493,15 @@ pub fn unique(name: &str) -> String {
 
 /// A fresh read of the subtree at `root` (data and stat per path), retried through
 /// connection losses; `None` for a missing node anywhere is skipped (it went meanwhile).
+/// It starts with a `sync`, so on an ensemble it sees every write that completed
+/// before it, whichever member the client is on.
 pub async fn read_subtree(client: &Client, root: &str) -> BTreeMap<String, (Bytes, Stat)> {
     loop {
-        match try_read_subtree(client, root).await {
+        let read = async {
+            client.sync(root).await?;
+            try_read_subtree(client, root).await
+        };
+        match read.await {
             Ok(m) => return m,
             Err(e) if e.is_connection_loss() => tokio::time::sleep(Duration::from_millis(50)).await,
             Err(e) => panic!("reading {root}: {e}"),

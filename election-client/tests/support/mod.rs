@@ -1,6 +1,6 @@
 //! Test harness for the integration tests: a ZooKeeper endpoint (an Apache ZooKeeper
-//! 3.8 started here, or any server named by `RZK_TEST_ZK=host:port`), a controllable TCP
-//! proxy, and helpers. Used by the `#[ignore = "needs Apache ZooKeeper"]` tests.
+//! 3.8 started here, or any server or ensemble named by `RZK_TEST_ZK=host:port[,...]`),
+//! a controllable TCP proxy, and helpers. Used by the `#[ignore = "needs Apache ZooKeeper"]` tests.
 
 #![allow(dead_code)]
 
@@ -122,19 +122,23 @@ pub enum Mode {
     Blackhole,
 }
 
-/// A TCP proxy in front of one server, controllable from the test.
+/// A TCP proxy in front of one server, or of an ensemble, controllable from the test.
 pub struct Proxy {
     pub addr: SocketAddr,
     mode: watch::Sender<Mode>,
 }
 
 impl Proxy {
+    /// `target` is a `host:port`, or a connect string of several (`RZK_TEST_ZK` naming
+    /// an ensemble): then each connection goes to the next member in turn that accepts
+    /// it, so a client behind the proxy moves to another member when it reconnects.
     pub async fn start(target: &str) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("addr");
         let (mode, rx) = watch::channel(Mode::Pass);
-        let target = target.to_owned();
+        let targets: Vec<String> = target.split(',').map(|t| t.trim().to_owned()).collect();
         tokio::spawn(async move {
+            let mut next = 0usize;
             loop {
                 let Ok((inbound, _)) = listener.accept().await else {
                     return;
@@ -143,7 +147,16 @@ impl Proxy {
                     drop(inbound);
                     continue;
                 }
-                let Ok(outbound) = TcpStream::connect(&target).await else {
+                let mut outbound = None;
+                for _ in 0..targets.len() {
+                    let target = &targets[next % targets.len()];
+                    next += 1;
+                    if let Ok(s) = TcpStream::connect(target).await {
+                        outbound = Some(s);
+                        break;
+                    }
+                }
+                let Some(outbound) = outbound else {
                     continue;
                 };
                 let (ri, wi) = inbound.into_split();
@@ -241,6 +254,13 @@ pub async fn expire_session_of(
         }
     }
     panic!("could not end session {id}");
+}
+
+/// Makes `c`'s server catch up with the leader (`sync`) before `c` reads what another
+/// client wrote or what the leader did (an expiry): on an ensemble the member `c` is
+/// connected to may not have applied it yet, and ZooKeeper promises no more.
+pub async fn synced(c: &Client) {
+    c.sync("/").await.expect("sync");
 }
 
 /// Wait until `f` holds, polling; fail with `what` after `limit`.

@@ -643,6 +643,22 @@ impl Peer {
         self.applied
     }
 
+    /// The state an observer relay (`rzk-observer-master`) starts from: the last
+    /// zxid handed to the state machine and the entries emitted for writing
+    /// after it, in order. Taken between steps, it is consistent with every
+    /// output emitted so far: later `Append`s continue the entries, later
+    /// `Apply`s commit them in order (I4; ZOOKEEPER-5088 is a relay that starts
+    /// without these entries).
+    pub fn relay_snapshot(&self) -> (Zxid, Vec<Entry>) {
+        let pending = self
+            .log
+            .iter()
+            .filter(|e| e.zxid > self.applied)
+            .cloned()
+            .collect();
+        (self.applied, pending)
+    }
+
     /// The highest zxid known committed.
     pub fn commit_known(&self) -> Zxid {
         self.commit_known

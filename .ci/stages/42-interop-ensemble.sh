@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The interop suite (kazoo, zkCli.sh, Curator) in ensemble mode: an Apache ZooKeeper 3.8
+# ensemble of three (QuorumPeerMain, zoo.cfg + myid per member) and then three rzk
+# processes started the same way, all on loopback; the suite gets a connect string of
+# all three members. Everything that passes against the ZooKeeper ensemble must pass
+# against rzk's (interop/runner.py --mode ensemble). Tests that are standalone-only by
+# nature: none are skipped. 2 to 4 minutes on 2 cores with the release build that
+# 40-interop.sh already made (measured at a load average of about 24: 2 min 08 s, the
+# ZooKeeper ensemble's pytest 45 s and rzk's 34 s; 4 min in an earlier run).
+# Installs what it needs on a fresh Debian machine; a no-op when it is already there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+need=()
+[ -f /usr/share/java/zookeeper.jar ] && [ -x /usr/share/zookeeper/bin/zkCli.sh ] ||
+  need+=(zookeeper zookeeper-bin)
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+# tests/test_curator.py: Curator 5.4's jars, compiled against with javac.
+command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
+for p in libcurator-framework-java libcurator-recipes-java; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+if [ "${#need[@]}" -gt 0 ]; then
+  echo "42-interop-ensemble: installing ${need[*]}"
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}"
+fi
+
+exec interop/run --mode ensemble
