@@ -657,7 +657,10 @@ mod tests {
         }
     }
 
-    fn listed(w: &WatchManager) -> (Vec<(String, Vec<ConnId>)>, Vec<(ConnId, Vec<String>)>) {
+    /// wchp and wchc, sorted: (path, its connections), (connection, its paths).
+    type Listed = (Vec<(String, Vec<ConnId>)>, Vec<(ConnId, Vec<String>)>);
+
+    fn listed(w: &WatchManager) -> Listed {
         let mut paths: Vec<_> = w.by_path().map(|(p, c)| (p.to_string(), c)).collect();
         paths.sort();
         let mut conns: Vec<_> = w
