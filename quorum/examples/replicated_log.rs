@@ -15,7 +15,9 @@
 //! `ROLE` → `ROLE <Leader|Follower|Looking> <leader id, 0 if none>`;
 //! `STATS` → `STATS durable=<zxid> applied=<zxid> diff=<n> trunc=<n> snap=<n>`;
 //! `SYNC` → `OK <zxid>` once this peer applied everything committed before;
-//! `SNAP` → `OK <zxid>`: snapshot of the applied state, then log purge;
+//! `SNAP` → `OK <zxid>`: snapshot of the applied state (streamed to storage in
+//! 64 KiB chunks, plus `--snapshot-pad-bytes` of padding records that loading
+//! skips: a large snapshot without a large state), then log purge;
 //! `BENCH <in flight> <millis> <bytes>` (on the leader) → closed-loop load,
 //! `BENCH n=<committed> per_s=<rate> p50_us=<..> p99_us=<..>`.
 
@@ -29,7 +31,10 @@ use bytes::Bytes;
 use rzk_quorum::core::Config;
 use rzk_quorum::grpc::{GrpcConfig, GrpcTransport};
 use rzk_quorum::wal_storage::WalStorage;
-use rzk_quorum::{Committed, DriverConfig, PeerId, Replicator, Role, ZabReplicator};
+use rzk_quorum::{
+    Committed, DriverConfig, PeerId, ReplicateError, Replicator, Role, SnapshotSource,
+    SnapshotWriteError, SnapshotWriter, ZabReplicator,
+};
 use rzk_wal::WalOptions;
 use rzk_zxid::Zxid;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -50,10 +55,18 @@ pub struct NodeOptions {
     pub retain_below_snapshot: usize,
     /// Silence after which a learner or leader gives up (syncLimit).
     pub sync_limit_ms: u64,
+    /// Padding added to every snapshot (skipped when loading): a large
+    /// snapshot file without a large state, to exercise SNAP transfers.
+    pub snapshot_pad_bytes: u64,
+    /// The core's `snap_chunk_bytes_max` and `snap_in_flight_bytes_max`, if set.
+    pub snap_chunk_bytes: Option<usize>,
+    /// See `snap_chunk_bytes`.
+    pub snap_in_flight_bytes: Option<u64>,
 }
 
 /// Reads `--id`, `--peers`, `--client`, `--dir`, and optional
-/// `--retain-below-snapshot`, `--sync-limit-ms`.
+/// `--retain-below-snapshot`, `--sync-limit-ms`, `--snapshot-pad-bytes`,
+/// `--snap-chunk-bytes`, `--snap-in-flight-bytes`.
 pub fn parse_args(args: &[String]) -> anyhow::Result<NodeOptions> {
     let get = |name: &str| -> Option<&String> {
         args.iter()
@@ -87,33 +100,109 @@ pub fn parse_args(args: &[String]) -> anyhow::Result<NodeOptions> {
             .map(|v| v.parse())
             .transpose()?
             .unwrap_or(2_000),
+        snapshot_pad_bytes: get("--snapshot-pad-bytes")
+            .map(|v| v.parse())
+            .transpose()?
+            .unwrap_or(0),
+        snap_chunk_bytes: get("--snap-chunk-bytes").map(|v| v.parse()).transpose()?,
+        snap_in_flight_bytes: get("--snap-in-flight-bytes")
+            .map(|v| v.parse())
+            .transpose()?,
     })
 }
 
 type State = Arc<Mutex<Vec<(Zxid, Bytes)>>>;
 
-fn encode(state: &[(Zxid, Bytes)]) -> Bytes {
-    let mut v = Vec::new();
-    for (z, p) in state {
-        v.extend_from_slice(&z.as_u64().to_le_bytes());
-        v.extend_from_slice(&(p.len() as u32).to_le_bytes());
-        v.extend_from_slice(p);
-    }
-    Bytes::from(v)
+/// Snapshot chunks handed to the replicator's writer.
+const CHUNK_BYTES: usize = 64 << 10;
+/// Snapshot record header: zxid u64, payload length u32 (little endian). A
+/// record with zxid 0 is padding.
+const HEAD_BYTES: usize = 12;
+
+fn record(out: &mut Vec<u8>, z: Zxid, payload: &[u8]) {
+    out.extend_from_slice(&z.as_u64().to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(payload);
 }
 
-fn decode(b: &[u8]) -> anyhow::Result<Vec<(Zxid, Bytes)>> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        let head = b.get(i..i + 12).context("truncated snapshot")?;
-        let z = Zxid::from_u64(u64::from_le_bytes(head[..8].try_into()?));
-        let n = u32::from_le_bytes(head[8..12].try_into()?) as usize;
-        let p = b.get(i + 12..i + 12 + n).context("truncated snapshot")?;
-        out.push((z, Bytes::copy_from_slice(p)));
-        i += 12 + n;
+/// Queues a chunk, waiting while the writer's queue is full.
+async fn put(w: &mut SnapshotWriter, mut chunk: Bytes) -> Result<(), ReplicateError> {
+    loop {
+        match w.try_write(chunk) {
+            Ok(()) => return Ok(()),
+            Err(SnapshotWriteError::Full(back)) => {
+                chunk = back;
+                w.ready().await;
+            }
+            Err(SnapshotWriteError::Failed(e)) => return Err(e),
+        }
     }
-    Ok(out)
+}
+
+/// Streams a snapshot of `state` at `at`, then `pad` bytes of padding.
+async fn write_snapshot(
+    rep: &ZabReplicator,
+    at: Zxid,
+    state: Vec<(Zxid, Bytes)>,
+    pad: u64,
+) -> Result<Zxid, ReplicateError> {
+    let mut w = rep.snapshot_writer(at);
+    let mut buf = Vec::with_capacity(CHUNK_BYTES);
+    for (z, p) in &state {
+        record(&mut buf, *z, p);
+        if buf.len() >= CHUNK_BYTES {
+            put(&mut w, Bytes::from(std::mem::take(&mut buf))).await?;
+        }
+    }
+    let zeros = vec![0u8; CHUNK_BYTES - HEAD_BYTES];
+    let mut left = pad;
+    while left > 0 {
+        let n = (left as usize).min(zeros.len());
+        record(&mut buf, Zxid::ZERO, &zeros[..n]);
+        left -= n as u64;
+        put(&mut w, Bytes::from(std::mem::take(&mut buf))).await?;
+    }
+    if !buf.is_empty() {
+        put(&mut w, Bytes::from(buf)).await?;
+    }
+    w.finish().await
+}
+
+/// Reads as much of `buf` as the stream has; 0 at its end.
+fn read_full(r: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// Loads a snapshot while reading it (padding skipped, never buffered); the
+/// reader checks the file's checksum when it reaches the end.
+fn load(source: &SnapshotSource) -> anyhow::Result<Vec<(Zxid, Bytes)>> {
+    let mut r = std::io::BufReader::with_capacity(CHUNK_BYTES, source.reader()?);
+    let mut out = Vec::new();
+    let mut head = [0u8; HEAD_BYTES];
+    loop {
+        match read_full(&mut r, &mut head)? {
+            0 => return Ok(out),
+            HEAD_BYTES => {}
+            n => bail!("truncated snapshot: a record header of {n} bytes"),
+        }
+        let z = Zxid::from_u64(u64::from_le_bytes(head[..8].try_into()?));
+        let n = u32::from_le_bytes(head[8..].try_into()?) as u64;
+        if z == Zxid::ZERO {
+            let skipped = std::io::copy(&mut std::io::Read::take(&mut r, n), &mut std::io::sink())?;
+            anyhow::ensure!(skipped == n, "truncated snapshot padding");
+            continue;
+        }
+        let mut p = vec![0u8; n as usize];
+        std::io::Read::read_exact(&mut r, &mut p).context("truncated snapshot")?;
+        out.push((z, Bytes::from(p)));
+    }
 }
 
 /// Runs one node until the process is killed.
@@ -131,6 +220,12 @@ pub async fn run_node(o: NodeOptions) -> anyhow::Result<()> {
     cfg.notification_interval_max = 1_000;
     cfg.log_retained_below_snapshot_max = o.retain_below_snapshot;
     cfg.incarnation = std::process::id() as u64;
+    if let Some(b) = o.snap_chunk_bytes {
+        cfg.snap_chunk_bytes_max = b;
+    }
+    if let Some(b) = o.snap_in_flight_bytes {
+        cfg.snap_in_flight_bytes_max = b;
+    }
     let rep = Arc::new(
         ZabReplicator::start(DriverConfig::new(cfg), storage, transport, inbox)
             .await
@@ -141,16 +236,26 @@ pub async fn run_node(o: NodeOptions) -> anyhow::Result<()> {
     let st = state.clone();
     tokio::spawn(async move {
         while let Some(c) = commits.next().await {
-            let mut s = st.lock().expect("not poisoned");
             match c {
-                Committed::Snapshot { data, .. } => match decode(&data) {
-                    Ok(v) => *s = v,
-                    Err(e) => {
-                        eprintln!("bad snapshot: {e}");
-                        std::process::exit(2);
+                Committed::Snapshot { source, .. } => {
+                    // Loaded into a new state off the runtime's threads, then
+                    // swapped in: a snapshot that fails its checksum changes
+                    // nothing.
+                    match tokio::task::spawn_blocking(move || load(&source)).await {
+                        Ok(Ok(v)) => *st.lock().expect("not poisoned") = v,
+                        Ok(Err(e)) => {
+                            eprintln!("bad snapshot: {e}");
+                            std::process::exit(2);
+                        }
+                        Err(e) => {
+                            eprintln!("snapshot loader: {e}");
+                            std::process::exit(2);
+                        }
                     }
-                },
-                Committed::Txn { zxid, payload } => s.push((zxid, payload)),
+                }
+                Committed::Txn { zxid, payload } => {
+                    st.lock().expect("not poisoned").push((zxid, payload))
+                }
                 Committed::Role { .. } | Committed::Forwarded { .. } => {}
             }
         }
@@ -159,7 +264,12 @@ pub async fn run_node(o: NodeOptions) -> anyhow::Result<()> {
     println!("READY {}", o.id.0);
     loop {
         let (sock, _) = clients.accept().await?;
-        tokio::spawn(serve(sock, rep.clone(), state.clone()));
+        tokio::spawn(serve(
+            sock,
+            rep.clone(),
+            state.clone(),
+            o.snapshot_pad_bytes,
+        ));
     }
 }
 
@@ -172,11 +282,11 @@ fn applied_zxid(state: &State) -> Zxid {
         .unwrap_or(Zxid::ZERO)
 }
 
-async fn serve(sock: TcpStream, rep: Arc<ZabReplicator>, state: State) {
+async fn serve(sock: TcpStream, rep: Arc<ZabReplicator>, state: State, pad: u64) {
     let (r, mut w) = sock.into_split();
     let mut lines = BufReader::new(r).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        let reply = handle(&line, &rep, &state).await;
+        let reply = handle(&line, &rep, &state, pad).await;
         if w.write_all(reply.as_bytes()).await.is_err() {
             return;
         }
@@ -189,7 +299,7 @@ async fn wait_applied(state: &State, z: Zxid) {
     }
 }
 
-async fn handle(line: &str, rep: &Arc<ZabReplicator>, state: &State) -> String {
+async fn handle(line: &str, rep: &Arc<ZabReplicator>, state: &State, pad: u64) -> String {
     let (cmd, rest) = line.split_once(' ').unwrap_or((line, ""));
     match cmd {
         "PUT" => match rep.propose(Bytes::copy_from_slice(rest.as_bytes())).await {
@@ -232,11 +342,10 @@ async fn handle(line: &str, rep: &Arc<ZabReplicator>, state: &State) -> String {
             Err(e) => format!("ERR {e}\n"),
         },
         "SNAP" => {
-            let (z, data) = {
-                let s = state.lock().expect("not poisoned");
-                (s.last().map(|x| x.0).unwrap_or(Zxid::ZERO), encode(&s))
-            };
-            match rep.save_snapshot(z, data).await {
+            // The entries are shared (`Bytes`), not copied.
+            let entries = state.lock().expect("not poisoned").clone();
+            let z = entries.last().map(|x| x.0).unwrap_or(Zxid::ZERO);
+            match write_snapshot(rep, z, entries, pad).await {
                 Ok(z) => format!("OK {z}\n"),
                 Err(e) => format!("ERR {e}\n"),
             }

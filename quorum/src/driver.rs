@@ -20,12 +20,15 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::core::{Config, Input, OpId, Output, Peer, Refusal, StorageCmd, Tick};
-use crate::storage::{Storage, StorageError};
+use crate::core::{
+    Config, Input, OpId, Output, Peer, ReadCmd, ReadData, ReadId, Refusal, SnapshotRef, StorageCmd,
+    Tick,
+};
+use crate::storage::{Storage, StorageError, StorageReader, WrittenSnapshot};
 use crate::transport::{Inbound, Inbox, Transport};
 use crate::{
     CommitStream, Committed, PeerId, Proposal, QuorumStats, ReplicateError, Replicator, Role,
-    SyncBarrier,
+    SnapshotWriter, SyncBarrier,
 };
 
 /// Driver settings.
@@ -68,19 +71,24 @@ type Reply = oneshot::Sender<Result<Zxid, ReplicateError>>;
 enum Cmd {
     Propose(Bytes, Reply),
     Sync(Reply),
-    Snapshot(Zxid, Bytes, Reply),
+    /// A snapshot the state machine wrote, to commit in storage's order.
+    CommitSnapshot(WrittenSnapshot, Reply),
     Forward(Bytes),
     Shutdown(oneshot::Sender<()>),
 }
 
 enum StoreReq {
     Cmd(OpId, StorageCmd),
-    Snapshot(Zxid, Bytes, Reply),
+    CommitSnapshot(WrittenSnapshot, Reply),
 }
 
 enum Done {
     Ops(OpId),
-    Snapshot(Zxid, Bytes, Reply),
+    /// Storage refused this command (a received snapshot that does not
+    /// verify); every command before it is done.
+    Refused(OpId, String),
+    SnapshotCommitted(Zxid, SnapshotRef, Reply),
+    Read(ReadId, Result<ReadData, String>),
     Failed(StorageError),
 }
 
@@ -104,6 +112,8 @@ pub struct ZabReplicator {
     /// The storage thread, joined by a graceful shutdown so that the log is
     /// released when it returns.
     storage_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Storage's read side: snapshot writers start here.
+    reader: Arc<dyn StorageReader>,
 }
 
 impl ZabReplicator {
@@ -128,7 +138,9 @@ impl ZabReplicator {
         let (peer, first) = Peer::new(cfg.core.clone(), recovered, Tick(0))
             .map_err(|e| ReplicateError::Storage(e.to_string()))?;
         let voters = cfg.core.voters.len();
-        let (store_tx, done_rx, storage_thread) = spawn_storage(storage);
+        let reader = storage.reader();
+        let (store_tx, done_tx, done_rx, storage_thread) = spawn_storage(storage);
+        let read_tx = spawn_reader(reader.clone(), done_tx);
         let (commit_tx, commit_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             stats: Mutex::new(QuorumStats::looking(voters)),
@@ -144,6 +156,9 @@ impl ZabReplicator {
             clock,
             transport,
             store_tx,
+            read_tx,
+            reader: reader.clone(),
+            fatal: None,
             commit_tx,
             shared: shared.clone(),
             waiting: BTreeMap::new(),
@@ -165,6 +180,7 @@ impl ZabReplicator {
             shared,
             task: Mutex::new(Some(task)),
             storage_thread: Mutex::new(Some(storage_thread)),
+            reader,
         })
     }
 
@@ -213,8 +229,23 @@ impl Replicator for ZabReplicator {
         self.request(Cmd::Sync)
     }
 
-    fn save_snapshot(&self, zxid: Zxid, data: Bytes) -> Proposal {
-        self.request(|r| Cmd::Snapshot(zxid, data, r))
+    fn snapshot_writer(&self, zxid: Zxid) -> SnapshotWriter {
+        let sink = if self.shared.closing.load(Ordering::Acquire) {
+            Err(ReplicateError::Shutdown)
+        } else {
+            self.reader
+                .snapshot_writer(zxid)
+                .map_err(|e| ReplicateError::Storage(e.to_string()))
+        };
+        let cmds = self.cmds.clone();
+        let commit = Box::new(move |written: WrittenSnapshot| {
+            let (tx, rx) = oneshot::channel();
+            if cmds.send(Cmd::CommitSnapshot(written, tx)).is_err() {
+                return Proposal::failed(ReplicateError::Shutdown);
+            }
+            Proposal::new(rx)
+        });
+        SnapshotWriter::new(zxid, sink, commit)
     }
 
     fn role(&self) -> Role {
@@ -269,6 +300,7 @@ impl Replicator for ZabReplicator {
 /// then one sync (group commit), then one completion for the batch.
 type StorageThread = (
     std_mpsc::Sender<StoreReq>,
+    mpsc::UnboundedSender<Done>,
     mpsc::UnboundedReceiver<Done>,
     std::thread::JoinHandle<()>,
 );
@@ -276,13 +308,14 @@ type StorageThread = (
 fn spawn_storage<S: Storage>(mut storage: S) -> StorageThread {
     let (tx, rx) = std_mpsc::channel::<StoreReq>();
     let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let done = done_tx.clone();
     let thread = std::thread::Builder::new()
         .name("rzk-quorum-storage".into())
         .spawn(move || {
             let flush = |storage: &mut S, last: &mut Option<OpId>| -> Result<(), StorageError> {
                 if let Some(op) = last.take() {
                     storage.sync()?;
-                    let _ = done_tx.send(Done::Ops(op));
+                    let _ = done.send(Done::Ops(op));
                 }
                 Ok(())
             };
@@ -295,25 +328,66 @@ fn spawn_storage<S: Storage>(mut storage: S) -> StorageThread {
                 let mut result = Ok(());
                 for req in batch {
                     result = match req {
-                        StoreReq::Cmd(op, cmd) => storage.execute(cmd).map(|()| last = Some(op)),
-                        StoreReq::Snapshot(zxid, data, reply) => flush(&mut storage, &mut last)
-                            .and_then(|()| storage.save_snapshot(zxid, data.clone()))
-                            .map(|()| {
-                                let _ = done_tx.send(Done::Snapshot(zxid, data, reply));
-                            }),
+                        StoreReq::Cmd(op, cmd) => match storage.execute(cmd) {
+                            Ok(()) => {
+                                last = Some(op);
+                                Ok(())
+                            }
+                            // Bad input, nothing changed: the commands before
+                            // it are made durable and reported first.
+                            Err(StorageError::Refused(why)) => {
+                                flush(&mut storage, &mut last).map(|()| {
+                                    let _ = done.send(Done::Refused(op, why));
+                                })
+                            }
+                            Err(e) => Err(e),
+                        },
+                        StoreReq::CommitSnapshot(written, reply) => {
+                            let zxid = written.zxid();
+                            flush(&mut storage, &mut last)
+                                .and_then(|()| storage.commit_snapshot(written))
+                                .map(|snapshot| {
+                                    let _ =
+                                        done.send(Done::SnapshotCommitted(zxid, snapshot, reply));
+                                })
+                        }
                     };
                     if result.is_err() {
                         break;
                     }
                 }
                 if let Err(e) = result.and_then(|()| flush(&mut storage, &mut last)) {
-                    let _ = done_tx.send(Done::Failed(e));
+                    let _ = done.send(Done::Failed(e));
                     return;
                 }
             }
         })
         .expect("spawn the storage thread");
-    (tx, done_rx, thread)
+    (tx, done_tx, done_rx, thread)
+}
+
+/// Serves the core's reads (SNAP chunks) on a thread of their own, off the
+/// protocol loop and off the storage thread's group commits.
+fn spawn_reader(
+    reader: Arc<dyn StorageReader>,
+    done: mpsc::UnboundedSender<Done>,
+) -> std_mpsc::Sender<(ReadId, ReadCmd)> {
+    let (tx, rx) = std_mpsc::channel::<(ReadId, ReadCmd)>();
+    std::thread::Builder::new()
+        .name("rzk-quorum-reader".into())
+        .spawn(move || {
+            while let Ok((id, cmd)) = rx.recv() {
+                let result = reader.read(&cmd).map_err(|e| {
+                    tracing::warn!(?cmd, error = %e, "a read for the protocol failed");
+                    e.to_string()
+                });
+                if done.send(Done::Read(id, result)).is_err() {
+                    return;
+                }
+            }
+        })
+        .expect("spawn the reader thread");
+    tx
 }
 
 /// I7: a refused peer message is logged with the peer's id. A stale session
@@ -328,7 +402,8 @@ fn log_refused(peer: PeerId, msg: &'static str, reason: &Refusal) {
         | Refusal::WrongEpoch { .. }
         | Refusal::AheadOfLeader
         | Refusal::Inconsistent { .. }
-        | Refusal::UnknownVoter(_) => {
+        | Refusal::UnknownVoter(_)
+        | Refusal::BadSnapshot => {
             tracing::warn!(peer = peer.0, msg, %reason, "refused a quorum message")
         }
     }
@@ -346,6 +421,12 @@ struct Driver<T: Transport> {
     clock: Instant,
     transport: T,
     store_tx: std_mpsc::Sender<StoreReq>,
+    /// Reads for the core, to the reader thread.
+    read_tx: std_mpsc::Sender<(ReadId, ReadCmd)>,
+    /// Snapshots the state machine loads come from here.
+    reader: Arc<dyn StorageReader>,
+    /// A storage failure met while carrying out outputs: the peer stops.
+    fatal: Option<ReplicateError>,
     commit_tx: mpsc::UnboundedSender<Committed>,
     shared: Arc<Shared>,
     /// Proposals handed to the core, by request id, until they get a zxid.
@@ -393,16 +474,26 @@ impl<T: Transport> Driver<T> {
             if self.shutdown_complete() {
                 return;
             }
+            if let Some(e) = self.fatal.take() {
+                tracing::error!(error = %e, "storage failed; the peer stops");
+                self.fail_all(e);
+                return;
+            }
             tokio::select! {
                 biased;
                 d = done.recv() => match d {
                     Some(Done::Ops(op)) => self.step(Input::StorageDone { op }),
-                    Some(Done::Snapshot(zxid, data, reply)) => {
-                        self.step(Input::SnapshotSaved { zxid, data });
+                    Some(Done::Refused(op, why)) => {
+                        tracing::warn!(?op, reason = %why, "storage refused a received snapshot");
+                        self.step(Input::StorageRefused { op });
+                    }
+                    Some(Done::SnapshotCommitted(zxid, snapshot, reply)) => {
+                        self.step(Input::SnapshotSaved { snapshot });
                         let _ = reply.send(Ok(zxid));
                     }
+                    Some(Done::Read(id, result)) => self.step(Input::ReadDone { id, result }),
                     Some(Done::Failed(e)) => {
-                        self.fail_all(ReplicateError::Storage(e.0));
+                        self.fail_all(ReplicateError::Storage(e.to_string()));
                         return;
                     }
                     None => {
@@ -445,9 +536,9 @@ impl<T: Transport> Driver<T> {
                     self.syncs.insert(id, reply);
                     self.step(Input::Sync { id });
                 }
-                Cmd::Snapshot(zxid, data, reply) => {
+                Cmd::CommitSnapshot(written, reply) => {
                     self.flush_proposals(&mut batch);
-                    let _ = self.store_tx.send(StoreReq::Snapshot(zxid, data, reply));
+                    let _ = self.store_tx.send(StoreReq::CommitSnapshot(written, reply));
                 }
                 Cmd::Forward(payload) => {
                     // In order with the proposals before it.
@@ -533,9 +624,23 @@ impl<T: Transport> Driver<T> {
                 Output::Storage { op, cmd } => {
                     let _ = self.store_tx.send(StoreReq::Cmd(op, cmd));
                 }
-                Output::ApplySnapshot { zxid, data } => {
-                    self.last_delivered = zxid;
-                    let _ = self.commit_tx.send(Committed::Snapshot { zxid, data });
+                Output::ApplySnapshot { snapshot } => {
+                    let zxid = snapshot.zxid;
+                    match self.reader.snapshot_source(&snapshot) {
+                        Ok(source) => {
+                            self.last_delivered = zxid;
+                            let _ = self.commit_tx.send(Committed::Snapshot { zxid, source });
+                        }
+                        // The state machine cannot be given its state: stop.
+                        Err(e) => {
+                            self.fatal.get_or_insert(ReplicateError::Storage(format!(
+                                "snapshot {zxid}: {e}"
+                            )));
+                        }
+                    }
+                }
+                Output::Read { id, cmd } => {
+                    let _ = self.read_tx.send((id, cmd));
                 }
                 Output::Apply(entries) => {
                     for e in entries {

@@ -609,9 +609,21 @@ pub fn to_proto(m: &Message) -> pb::Msg {
                     leader_last: leader_last.as_u64(),
                 }),
                 SessionMsg::Trunc { to } => S::Trunc(pb::Trunc { to: to.as_u64() }),
-                SessionMsg::Snap { zxid, data } => S::Snap(pb::Snap {
+                SessionMsg::Snap {
+                    zxid,
+                    size_bytes,
+                    crc,
+                } => S::Snap(pb::Snap {
                     zxid: zxid.as_u64(),
+                    size_bytes: *size_bytes,
+                    crc: *crc,
+                }),
+                SessionMsg::SnapChunk { offset, data } => S::SnapChunk(pb::SnapChunk {
+                    offset: *offset,
                     data: data.clone(),
+                }),
+                SessionMsg::SnapAck { received } => S::SnapAck(pb::SnapAck {
+                    received: *received,
                 }),
                 SessionMsg::Proposal { entries } => S::Proposal(pb::Proposal {
                     entries: entries.iter().map(entry_to).collect(),
@@ -706,7 +718,15 @@ pub fn from_proto(m: pb::Msg) -> Result<Message, DecodeError> {
                 },
                 S::Snap(s) => SessionMsg::Snap {
                     zxid: Zxid::from_u64(s.zxid),
-                    data: s.data,
+                    size_bytes: s.size_bytes,
+                    crc: s.crc,
+                },
+                S::SnapChunk(c) => SessionMsg::SnapChunk {
+                    offset: c.offset,
+                    data: c.data,
+                },
+                S::SnapAck(a) => SessionMsg::SnapAck {
+                    received: a.received,
                 },
                 S::Proposal(p) => SessionMsg::Proposal {
                     entries: p.entries.into_iter().map(entry_from).collect(),

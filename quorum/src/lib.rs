@@ -54,7 +54,7 @@ pub mod wal_storage;
 pub use driver::{DriverConfig, ZabReplicator};
 pub use replicator::{
     CommitStream, Committed, LearnerStats, PeerId, Proposal, QuorumStats, ReplicateError,
-    Replicator, Role, SyncBarrier,
+    Replicator, Role, SnapshotSource, SnapshotWriteError, SnapshotWriter, SyncBarrier,
 };
 
 /// The log's options, re-exported so that a server configures its storage

@@ -140,11 +140,29 @@ pub enum SessionMsg {
         to: Zxid,
     },
     /// Leader → learner: replace everything with this snapshot, then append.
+    /// The snapshot's file follows in [`SessionMsg::SnapChunk`]s (none if it
+    /// is empty), then the proposals after it.
     Snap {
         /// The last transaction the snapshot includes.
         zxid: Zxid,
-        /// The state machine's bytes.
+        /// The size of the snapshot's file.
+        size_bytes: u64,
+        /// The file's checksum (the leader storage's; the learner's checks it).
+        crc: u32,
+    },
+    /// Leader → learner: the next bytes of the snapshot file, in order.
+    SnapChunk {
+        /// Where in the file.
+        offset: u64,
+        /// The bytes (at most `snap_chunk_bytes_max`).
         data: Bytes,
+    },
+    /// Learner → leader: the snapshot file is stored up to `received` bytes
+    /// (flow control: the leader keeps at most `snap_in_flight_bytes_max`
+    /// beyond it).
+    SnapAck {
+        /// Bytes of the file stored.
+        received: u64,
     },
     /// Leader → learner: proposals, in zxid order, contiguous with what came before.
     Proposal {
@@ -228,6 +246,8 @@ impl SessionMsg {
             SessionMsg::Diff { .. } => "DIFF",
             SessionMsg::Trunc { .. } => "TRUNC",
             SessionMsg::Snap { .. } => "SNAP",
+            SessionMsg::SnapChunk { .. } => "SNAPCHUNK",
+            SessionMsg::SnapAck { .. } => "SNAPACK",
             SessionMsg::Proposal { .. } => "PROPOSAL",
             SessionMsg::Commit { .. } => "COMMIT",
             SessionMsg::NewLeader { .. } => "NEWLEADER",
@@ -274,7 +294,7 @@ impl Message {
                     SessionMsg::Proposal { entries } | SessionMsg::Inform { entries } => {
                         entries.iter().map(|e| e.payload.len() + 16).sum()
                     }
-                    SessionMsg::Snap { data, .. } => data.len(),
+                    SessionMsg::SnapChunk { data, .. } => data.len() + 16,
                     SessionMsg::Forward { payload } => payload.len(),
                     _ => 16,
                 }

@@ -49,13 +49,16 @@ impl RelayFeed {
                         }
                     }
                 }
-                StorageCmd::TruncateAfter(_) | StorageCmd::InstallSnapshot { .. } => {
+                StorageCmd::TruncateAfter(_) | StorageCmd::InstallSnapshot(_) => {
                     self.stop("the log was cut or replaced")
                 }
                 StorageCmd::Append(_)
                 | StorageCmd::SaveEpochs(_)
                 | StorageCmd::BeginSync { .. }
-                | StorageCmd::EndSync => {}
+                | StorageCmd::EndSync
+                | StorageCmd::ReceiveSnapshot(_)
+                | StorageCmd::SnapshotChunk { .. }
+                | StorageCmd::AbortSnapshot => {}
             },
             Output::Apply(entries) if self.serving => {
                 for e in entries {
@@ -71,6 +74,7 @@ impl RelayFeed {
                 self.rebuild = matches!(role, Role::Leader | Role::Follower);
             }
             Output::Apply(_)
+            | Output::Read { .. }
             | Output::Send { .. }
             | Output::Proposed { .. }
             | Output::ProposeFailed { .. }

@@ -1,13 +1,15 @@
 //! The seam between the server and replication.
 
 use std::future::Future;
-
+use std::io::Read;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use rzk_zxid::{Epoch, Zxid};
 use tokio::sync::{mpsc, oneshot};
+
+use crate::storage::{SinkError, SnapshotSink, WrittenSnapshot};
 
 /// A server's id in an ensemble (`server.N` / `myid`). A standalone server is 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -77,8 +79,9 @@ pub enum Committed {
     Snapshot {
         /// The last transaction the snapshot includes.
         zxid: Zxid,
-        /// The state machine's bytes, as it handed them to [`Replicator::save_snapshot`].
-        data: Bytes,
+        /// The state machine's bytes, as it wrote them with
+        /// [`Replicator::snapshot_writer`], streamed from storage.
+        source: SnapshotSource,
     },
     /// A committed transaction: apply it.
     Txn {
@@ -116,6 +119,197 @@ pub enum Committed {
         /// The message, opaque to replication.
         payload: Bytes,
     },
+}
+
+/// A snapshot to load: a verified file of `rzk-wal`'s format, or bytes (tests,
+/// the simulator). [`SnapshotSource::reader`] streams the state machine's bytes
+/// and fails at the end (`InvalidData`) if the checksum does not match: load
+/// into a new state, swap only on success. The state is never held whole here.
+#[derive(Clone)]
+pub struct SnapshotSource {
+    zxid: Zxid,
+    data: SourceData,
+}
+
+#[derive(Clone)]
+enum SourceData {
+    Bytes(Bytes),
+    File(rzk_wal::SnapshotFile),
+}
+
+impl SnapshotSource {
+    /// A snapshot held in memory (tests, the simulator; the empty state).
+    pub fn from_bytes(zxid: Zxid, data: Bytes) -> SnapshotSource {
+        SnapshotSource {
+            zxid,
+            data: SourceData::Bytes(data),
+        }
+    }
+
+    /// A catalogued snapshot file of `rzk-wal`, opened (the descriptor keeps
+    /// it readable if it is purged meanwhile).
+    pub(crate) fn from_file(file: rzk_wal::SnapshotFile) -> SnapshotSource {
+        SnapshotSource {
+            zxid: file.zxid(),
+            data: SourceData::File(file),
+        }
+    }
+
+    /// The last transaction the snapshot includes.
+    pub fn zxid(&self) -> Zxid {
+        self.zxid
+    }
+
+    /// The size of the state machine's bytes.
+    pub fn len_bytes(&self) -> u64 {
+        match &self.data {
+            SourceData::Bytes(b) => b.len() as u64,
+            SourceData::File(f) => f.data_len(),
+        }
+    }
+
+    /// Whether it holds no state at all (a new data directory).
+    pub fn is_empty(&self) -> bool {
+        self.len_bytes() == 0
+    }
+
+    /// A reader of the state machine's bytes, from the start. Each call starts
+    /// a new pass. A file's checksum is checked as it is read: the last read
+    /// fails with [`std::io::ErrorKind::InvalidData`] if it does not match.
+    pub fn reader(&self) -> std::io::Result<Box<dyn Read + Send>> {
+        Ok(match &self.data {
+            SourceData::Bytes(b) => Box::new(std::io::Cursor::new(b.clone())),
+            SourceData::File(f) => Box::new(f.state_reader()),
+        })
+    }
+}
+
+impl std::fmt::Debug for SnapshotSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match &self.data {
+            SourceData::Bytes(_) => "bytes",
+            SourceData::File(_) => "file",
+        };
+        f.debug_struct("SnapshotSource")
+            .field("zxid", &self.zxid)
+            .field("len_bytes", &self.len_bytes())
+            .field("kind", &kind)
+            .finish()
+    }
+}
+
+/// Two sources are equal when they hold the same snapshot: the same zxid and
+/// length, and the same bytes or the same file checksum.
+impl PartialEq for SnapshotSource {
+    fn eq(&self, other: &SnapshotSource) -> bool {
+        if self.zxid != other.zxid || self.len_bytes() != other.len_bytes() {
+            return false;
+        }
+        match (&self.data, &other.data) {
+            (SourceData::Bytes(a), SourceData::Bytes(b)) => a == b,
+            (SourceData::File(a), SourceData::File(b)) => a.crc() == b.crc(),
+            (SourceData::Bytes(_), SourceData::File(_))
+            | (SourceData::File(_), SourceData::Bytes(_)) => false,
+        }
+    }
+}
+
+impl Eq for SnapshotSource {}
+
+/// Why [`SnapshotWriter::try_write`] did not take a chunk.
+#[derive(Debug)]
+pub enum SnapshotWriteError {
+    /// The queue is full: the chunk comes back; keep it and retry after
+    /// [`SnapshotWriter::ready`].
+    Full(Bytes),
+    /// The snapshot failed; [`SnapshotWriter::finish`] reports it too.
+    Failed(ReplicateError),
+}
+
+type Commit = Box<dyn FnOnce(WrittenSnapshot) -> Proposal + Send>;
+
+/// The writing end of one snapshot of the state machine (from
+/// [`Replicator::snapshot_writer`]): chunks go through a bounded queue to
+/// storage, never the whole state in one buffer. Dropped without
+/// [`SnapshotWriter::finish`], it aborts (the temporary file is removed).
+pub struct SnapshotWriter {
+    zxid: Zxid,
+    sink: Result<Box<dyn SnapshotSink>, ReplicateError>,
+    commit: Commit,
+}
+
+impl SnapshotWriter {
+    /// A writer into `sink`; `commit` makes the finished snapshot known.
+    pub(crate) fn new(
+        zxid: Zxid,
+        sink: Result<Box<dyn SnapshotSink>, ReplicateError>,
+        commit: Commit,
+    ) -> SnapshotWriter {
+        SnapshotWriter { zxid, sink, commit }
+    }
+
+    /// The zxid the snapshot is consistent at.
+    pub fn zxid(&self) -> Zxid {
+        self.zxid
+    }
+
+    /// Queues a chunk without blocking.
+    pub fn try_write(&mut self, chunk: Bytes) -> Result<(), SnapshotWriteError> {
+        let sink = match &mut self.sink {
+            Ok(s) => s,
+            Err(e) => return Err(SnapshotWriteError::Failed(e.clone())),
+        };
+        match sink.try_write(chunk) {
+            Ok(()) => Ok(()),
+            Err(SinkError::Full(chunk)) => Err(SnapshotWriteError::Full(chunk)),
+            Err(SinkError::Failed(e)) => {
+                let e = ReplicateError::Storage(e.to_string());
+                self.sink = Err(e.clone());
+                Err(SnapshotWriteError::Failed(e))
+            }
+        }
+    }
+
+    /// Resolves once a chunk refused as `Full` would be taken (or the writer
+    /// failed, which the next call reports).
+    pub async fn ready(&mut self) {
+        if let Ok(sink) = &mut self.sink {
+            sink.ready().await;
+        }
+    }
+
+    /// Ends the snapshot. Resolves once it is durable, in the catalog, known to
+    /// the replicator (served to learners that need SNAP) and the history it
+    /// covers purged. Must be called inside a tokio runtime.
+    pub fn finish(self) -> Proposal {
+        let zxid = self.zxid;
+        let (tx, rx) = oneshot::channel();
+        match self.sink {
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+            Ok(sink) => {
+                let commit = self.commit;
+                tokio::spawn(async move {
+                    let result = match sink.finish().await {
+                        Ok(written) => commit(written).await,
+                        Err(e) => Err(ReplicateError::Storage(format!("snapshot at {zxid}: {e}"))),
+                    };
+                    let _ = tx.send(result);
+                });
+            }
+        }
+        Proposal::new(rx)
+    }
+}
+
+impl std::fmt::Debug for SnapshotWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotWriter")
+            .field("zxid", &self.zxid)
+            .field("failed", &self.sink.as_ref().err())
+            .finish()
+    }
 }
 
 /// What one learner session looks like from its leader (for `mntr` and metrics).
@@ -289,10 +483,12 @@ pub trait Replicator: Send + Sync + 'static {
     /// A linearizable-read barrier (I6b); see [`SyncBarrier`].
     fn sync(&self) -> SyncBarrier;
 
-    /// Hands a snapshot of the state machine, consistent at `zxid` (everything up to
-    /// and including `zxid` applied, nothing after), to durable storage. The
-    /// replicator may then purge log segments no retained snapshot needs.
-    fn save_snapshot(&self, zxid: Zxid, data: Bytes) -> Proposal;
+    /// Starts writing a snapshot of the state machine, consistent at `zxid`
+    /// (everything up to and including `zxid` applied, nothing after), as a
+    /// stream of chunks through a bounded queue (never the whole state in one
+    /// buffer). Its `finish` resolves once the snapshot is durable, known to
+    /// the replicator for SNAP syncs, and the log it covers purged.
+    fn snapshot_writer(&self, zxid: Zxid) -> SnapshotWriter;
 
     /// This peer's role now.
     fn role(&self) -> Role;

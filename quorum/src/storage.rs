@@ -2,23 +2,43 @@
 //!
 //! The core emits [`StorageCmd`]s; the driver runs them on one dedicated thread,
 //! in order, and makes them durable in groups (group commit: execute every
-//! command that is waiting, then one [`Storage::sync`]). `rzk-wal` is the
-//! production implementation; [`MemStorage`] is an in-memory one for tests,
-//! whose "durable" state survives a simulated restart by sharing it.
+//! command that is waiting, then one [`Storage::sync`]). Reads the core asks for
+//! ([`crate::core::ReadCmd`]), the snapshot the state machine loads, and the
+//! snapshots it writes go through a [`StorageReader`] that works from any
+//! thread, off the protocol loop. `rzk-wal` is the production implementation
+//! ([`crate::wal_storage::WalStorage`]); [`MemStorage`] is an in-memory one for
+//! tests, whose "durable" state survives a simulated restart by sharing it.
+//!
+//! Snapshots are files (bytes in [`MemStorage`]): the core only holds a
+//! [`SnapshotRef`]; a SNAP sync streams the leader's file in chunks into a
+//! file on the learner, which is verified before it is installed.
 
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use rzk_zxid::Zxid;
 
-use crate::core::{Epochs, Recovered, StorageCmd};
+use crate::core::{Epochs, ReadCmd, ReadData, Recovered, SnapshotRef, StorageCmd};
 use crate::message::Entry;
+use crate::replicator::SnapshotSource;
 
-/// A storage failure. The driver stops the peer on any of them: an error that
-/// could mean lost data is never retried into silence (STYLE rule 6).
+/// A storage failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("storage: {0}")]
-pub struct StorageError(pub String);
+pub enum StorageError {
+    /// Storage failed (an fsync, a full disk, a corrupt file of our own). The
+    /// driver stops the peer: an error that could mean lost data is never
+    /// retried into silence (STYLE rule 6).
+    #[error("storage: {0}")]
+    Failed(String),
+    /// What storage was given is unusable and nothing changed: a snapshot
+    /// received from a leader that does not verify. The peer goes on (its
+    /// sync with that leader ends).
+    #[error("refused: {0}")]
+    Refused(String),
+}
 
 /// A peer's durable state, as the driver uses it.
 ///
@@ -29,6 +49,9 @@ pub struct StorageError(pub String);
 ///   commands' effects (a torn last record is discarded), never a hole.
 /// - `Append` continues the log contiguously; `TruncateAfter` and
 ///   `InstallSnapshot` are atomic once synced.
+/// - Only `SnapshotChunk` and `InstallSnapshot` may fail with
+///   [`StorageError::Refused`] (a received file that does not verify); they
+///   then change nothing the peer had.
 /// - Every call runs on one thread at a time (all write IO is serialised).
 pub trait Storage: Send + 'static {
     /// Reads what is durable.
@@ -37,8 +60,86 @@ pub trait Storage: Send + 'static {
     fn execute(&mut self, cmd: StorageCmd) -> Result<(), StorageError>;
     /// Makes every executed command durable.
     fn sync(&mut self) -> Result<(), StorageError>;
-    /// Stores a state-machine snapshot durably and may purge the log it covers.
-    fn save_snapshot(&mut self, zxid: Zxid, data: Bytes) -> Result<(), StorageError>;
+    /// Puts a snapshot written through a [`SnapshotSink`] into the catalog
+    /// (durably), and purges the history no retained snapshot needs.
+    fn commit_snapshot(&mut self, written: WrittenSnapshot) -> Result<SnapshotRef, StorageError>;
+    /// The read side, for other threads.
+    fn reader(&self) -> Arc<dyn StorageReader>;
+}
+
+/// Reads of durable storage and snapshot writers, from any thread.
+pub trait StorageReader: Send + Sync + 'static {
+    /// The state machine's bytes of a durable snapshot, streamed and verified
+    /// as read ([`crate::Committed::Snapshot`]).
+    fn snapshot_source(&self, snapshot: &SnapshotRef) -> Result<SnapshotSource, StorageError>;
+    /// Serves a read the core asked for.
+    fn read(&self, cmd: &ReadCmd) -> Result<ReadData, StorageError>;
+    /// Starts a snapshot of the state machine, consistent at `zxid`, written
+    /// from chunks through a bounded queue.
+    fn snapshot_writer(&self, zxid: Zxid) -> Result<Box<dyn SnapshotSink>, StorageError>;
+}
+
+/// Why a chunk was not taken by a [`SnapshotSink`].
+#[derive(Debug)]
+pub enum SinkError {
+    /// The queue is full: the chunk comes back; retry after `ready`.
+    Full(Bytes),
+    /// The writer failed; nothing more is written.
+    Failed(StorageError),
+}
+
+/// The writing end of a snapshot in storage. Dropped before `finish`, it
+/// aborts (nothing is kept).
+pub trait SnapshotSink: Send {
+    /// Queues a chunk without blocking.
+    fn try_write(&mut self, chunk: Bytes) -> Result<(), SinkError>;
+    /// Resolves once a chunk refused as `Full` would be taken.
+    fn ready(&mut self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+    /// Ends the snapshot: resolves once it is durable (not yet in the catalog:
+    /// [`Storage::commit_snapshot`]).
+    fn finish(
+        self: Box<Self>,
+    ) -> Pin<Box<dyn Future<Output = Result<WrittenSnapshot, StorageError>> + Send>>;
+}
+
+/// A snapshot written and durable, to be committed with
+/// [`Storage::commit_snapshot`] by the storage that wrote it.
+pub struct WrittenSnapshot {
+    zxid: Zxid,
+    inner: Box<dyn Any + Send>,
+}
+
+impl WrittenSnapshot {
+    /// Wraps what a storage implementation needs to commit it.
+    pub fn new(zxid: Zxid, inner: Box<dyn Any + Send>) -> WrittenSnapshot {
+        WrittenSnapshot { zxid, inner }
+    }
+
+    /// The zxid the snapshot is consistent at.
+    pub fn zxid(&self) -> Zxid {
+        self.zxid
+    }
+
+    /// The storage's own value, if it is a `T`.
+    pub fn downcast<T: 'static>(self) -> Result<T, StorageError> {
+        self.inner
+            .downcast::<T>()
+            .map(|b| *b)
+            .map_err(|_| StorageError::Failed("a snapshot written by another storage".to_string()))
+    }
+}
+
+impl std::fmt::Debug for WrittenSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WrittenSnapshot")
+            .field("zxid", &self.zxid)
+            .finish()
+    }
+}
+
+/// The checksum of a [`MemStorage`] "file": CRC32C, as `rzk-wal`'s files.
+fn checksum(data: &[u8]) -> u32 {
+    crc32c::crc32c(data)
 }
 
 /// The durable contents of a [`MemStorage`].
@@ -46,8 +147,8 @@ pub trait Storage: Send + 'static {
 pub struct MemState {
     /// The log after the snapshot.
     pub log: Vec<Entry>,
-    /// The newest snapshot.
-    pub snapshot: Option<(Zxid, Bytes)>,
+    /// The newest snapshot and its bytes (the "file").
+    pub snapshot: Option<(SnapshotRef, Bytes)>,
     /// Persisted epochs.
     pub epochs: Epochs,
     /// The sync-in-progress marker.
@@ -56,10 +157,12 @@ pub struct MemState {
 
 /// In-memory storage for tests and benchmarks: "durable" means kept in a shared
 /// [`MemState`] that a restarted peer can recover from. Not a log: nothing
-/// reaches a disk.
+/// reaches a disk. A snapshot's "file" is the state machine's bytes.
 #[derive(Clone, Debug, Default)]
 pub struct MemStorage {
     state: Arc<Mutex<MemState>>,
+    /// A SNAP being received (not durable: a restart drops it).
+    incoming: Option<(SnapshotRef, BytesMut)>,
 }
 
 impl MemStorage {
@@ -72,20 +175,72 @@ impl MemStorage {
     pub fn snapshot_state(&self) -> MemState {
         self.state.lock().expect("not poisoned").clone()
     }
+
+    fn install(&mut self, snapshot: SnapshotRef, data: Bytes) -> Result<(), StorageError> {
+        if snapshot.size_bytes != data.len() as u64 || snapshot.crc != checksum(&data) {
+            return Err(StorageError::Refused(format!(
+                "snapshot {}: {} bytes received, {} announced, or the checksum differs",
+                snapshot.zxid,
+                data.len(),
+                snapshot.size_bytes
+            )));
+        }
+        let mut s = self.state.lock().expect("not poisoned");
+        s.snapshot = Some((snapshot, data));
+        s.log.clear();
+        Ok(())
+    }
 }
 
 impl Storage for MemStorage {
     fn recover(&mut self) -> Result<Recovered, StorageError> {
+        self.incoming = None;
         let s = self.state.lock().expect("not poisoned");
         Ok(Recovered {
             epochs: s.epochs,
-            snapshot: s.snapshot.clone(),
+            snapshot: s.snapshot.as_ref().map(|x| x.0),
             log: s.log.clone(),
             sync_in_progress: s.sync_in_progress,
         })
     }
 
     fn execute(&mut self, cmd: StorageCmd) -> Result<(), StorageError> {
+        match cmd {
+            StorageCmd::ReceiveSnapshot(snapshot) => {
+                self.incoming = Some((snapshot, BytesMut::new()));
+                return Ok(());
+            }
+            StorageCmd::SnapshotChunk { offset, data } => {
+                let Some((_, buf)) = self.incoming.as_mut() else {
+                    return Err(StorageError::Refused("a chunk of no snapshot".into()));
+                };
+                if offset != buf.len() as u64 {
+                    return Err(StorageError::Refused(format!(
+                        "a chunk at {offset}, expected {}",
+                        buf.len()
+                    )));
+                }
+                buf.extend_from_slice(&data);
+                return Ok(());
+            }
+            StorageCmd::InstallSnapshot(snapshot) => {
+                let data = match self.incoming.take() {
+                    Some((s, buf)) if s == snapshot => buf.freeze(),
+                    _ if snapshot.size_bytes == 0 => Bytes::new(),
+                    _ => return Err(StorageError::Refused("no such snapshot received".into())),
+                };
+                return self.install(snapshot, data);
+            }
+            StorageCmd::AbortSnapshot => {
+                self.incoming = None;
+                return Ok(());
+            }
+            StorageCmd::Append(_)
+            | StorageCmd::TruncateAfter(_)
+            | StorageCmd::SaveEpochs(_)
+            | StorageCmd::BeginSync { .. }
+            | StorageCmd::EndSync => {}
+        }
         let mut s = self.state.lock().expect("not poisoned");
         match cmd {
             StorageCmd::Append(entries) => {
@@ -94,10 +249,10 @@ impl Storage for MemStorage {
                         .log
                         .last()
                         .map(|e| e.zxid)
-                        .or(s.snapshot.as_ref().map(|x| x.0))
+                        .or(s.snapshot.as_ref().map(|x| x.0.zxid))
                         .unwrap_or(Zxid::ZERO);
                     if !e.zxid.is_next(last) {
-                        return Err(StorageError(format!(
+                        return Err(StorageError::Failed(format!(
                             "append {} after {last}: a gap",
                             e.zxid
                         )));
@@ -106,13 +261,13 @@ impl Storage for MemStorage {
                 }
             }
             StorageCmd::TruncateAfter(z) => s.log.retain(|e| e.zxid <= z),
-            StorageCmd::InstallSnapshot { zxid, data } => {
-                s.snapshot = Some((zxid, data));
-                s.log.clear();
-            }
             StorageCmd::SaveEpochs(ep) => s.epochs = ep,
             StorageCmd::BeginSync { .. } => s.sync_in_progress = true,
             StorageCmd::EndSync => s.sync_in_progress = false,
+            StorageCmd::ReceiveSnapshot(_)
+            | StorageCmd::SnapshotChunk { .. }
+            | StorageCmd::InstallSnapshot(_)
+            | StorageCmd::AbortSnapshot => unreachable!("handled above"),
         }
         Ok(())
     }
@@ -121,13 +276,102 @@ impl Storage for MemStorage {
         Ok(())
     }
 
-    fn save_snapshot(&mut self, zxid: Zxid, data: Bytes) -> Result<(), StorageError> {
+    fn commit_snapshot(&mut self, written: WrittenSnapshot) -> Result<SnapshotRef, StorageError> {
+        let (zxid, data) = written.downcast::<(Zxid, Bytes)>()?;
+        let snapshot = SnapshotRef {
+            zxid,
+            size_bytes: data.len() as u64,
+            crc: checksum(&data),
+        };
         let mut s = self.state.lock().expect("not poisoned");
-        if s.snapshot.as_ref().is_some_and(|x| x.0 >= zxid) {
-            return Ok(());
+        if let Some((newer, _)) = s.snapshot.as_ref().filter(|x| x.0.zxid >= zxid) {
+            return Ok(*newer);
         }
-        s.snapshot = Some((zxid, data));
+        s.snapshot = Some((snapshot, data));
         s.log.retain(|e| e.zxid > zxid);
+        Ok(snapshot)
+    }
+
+    fn reader(&self) -> Arc<dyn StorageReader> {
+        Arc::new(MemReader {
+            state: self.state.clone(),
+        })
+    }
+}
+
+/// The read side of a [`MemStorage`].
+struct MemReader {
+    state: Arc<Mutex<MemState>>,
+}
+
+impl MemReader {
+    fn bytes_of(&self, snapshot: &SnapshotRef) -> Result<Bytes, StorageError> {
+        if snapshot.size_bytes == 0 {
+            return Ok(Bytes::new());
+        }
+        let s = self.state.lock().expect("not poisoned");
+        match &s.snapshot {
+            Some((r, data)) if r == snapshot => Ok(data.clone()),
+            _ => Err(StorageError::Failed(format!(
+                "snapshot {} is not in storage",
+                snapshot.zxid
+            ))),
+        }
+    }
+}
+
+impl StorageReader for MemReader {
+    fn snapshot_source(&self, snapshot: &SnapshotRef) -> Result<SnapshotSource, StorageError> {
+        Ok(SnapshotSource::from_bytes(
+            snapshot.zxid,
+            self.bytes_of(snapshot)?,
+        ))
+    }
+
+    fn read(&self, cmd: &ReadCmd) -> Result<ReadData, StorageError> {
+        match cmd {
+            ReadCmd::SnapshotChunk {
+                snapshot,
+                offset,
+                len,
+            } => {
+                let data = self.bytes_of(snapshot)?;
+                let start = (*offset as usize).min(data.len());
+                let end = start.saturating_add(*len).min(data.len());
+                Ok(ReadData::SnapshotChunk(data.slice(start..end)))
+            }
+        }
+    }
+
+    fn snapshot_writer(&self, zxid: Zxid) -> Result<Box<dyn SnapshotSink>, StorageError> {
+        Ok(Box::new(MemSink {
+            zxid,
+            buf: BytesMut::new(),
+        }))
+    }
+}
+
+/// A [`MemStorage`] snapshot being written: the chunks, gathered.
+struct MemSink {
+    zxid: Zxid,
+    buf: BytesMut,
+}
+
+impl SnapshotSink for MemSink {
+    fn try_write(&mut self, chunk: Bytes) -> Result<(), SinkError> {
+        self.buf.extend_from_slice(&chunk);
         Ok(())
+    }
+
+    fn ready(&mut self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async {})
+    }
+
+    fn finish(
+        self: Box<Self>,
+    ) -> Pin<Box<dyn Future<Output = Result<WrittenSnapshot, StorageError>> + Send>> {
+        let zxid = self.zxid;
+        let data = self.buf.freeze();
+        Box::pin(async move { Ok(WrittenSnapshot::new(zxid, Box::new((zxid, data)))) })
     }
 }

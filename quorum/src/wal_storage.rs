@@ -15,34 +15,75 @@
 //! loses the "from" (a safe degradation: the peer then refuses to re-accept that
 //! epoch from a leader that is not yet established) and never attaches it to
 //! the wrong epoch.
+//!
+//! Snapshots are `rzk-wal` files: the core holds a [`SnapshotRef`] (zxid, file
+//! size, CRC32C); the state machine reads a catalogued file through
+//! [`SnapshotSource`]; a leader's SNAP chunks are raw reads of an open file
+//! ([`rzk_wal::SnapshotFile::read_raw_at`], so a purge cannot break a transfer);
+//! a learner writes them into an [`rzk_wal::IncomingSnapshot`], verified whole
+//! before it is installed by rename under the SNAP marker (I2).
 
 use std::fs;
+use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use rzk_wal::{Append, SyncMarker, Wal, WalOptions};
+use rzk_wal::{
+    Append, IncomingSnapshot, SnapshotFile, SnapshotInfo, SyncMarker, TryWriteError, Wal, WalError,
+    WalOptions,
+};
 use rzk_zxid::{Epoch, Zxid};
 
-use crate::core::{Epochs, Recovered, StorageCmd, SyncMode};
+use crate::core::{Epochs, ReadCmd, ReadData, Recovered, SnapshotRef, StorageCmd, SyncMode};
 use crate::message::Entry;
-use crate::storage::{Storage, StorageError};
-use crate::PeerId;
+use crate::storage::{
+    SinkError, SnapshotSink, Storage, StorageError, StorageReader, WrittenSnapshot,
+};
+use crate::{PeerId, SnapshotSource};
 
 const ACCEPTED_FROM: &str = "quorum-accepted-from";
 
+/// Snapshot files a reader keeps open: the one being served and the one
+/// before, so a transfer in progress survives the next snapshot's purge.
+const OPEN_SNAPSHOTS_MAX: usize = 4;
+
 /// A ZAB peer's storage on `rzk-wal`.
 pub struct WalStorage {
-    wal: Wal,
+    wal: Arc<Wal>,
     dir: PathBuf,
     /// Appends issued and not yet known durable.
     pending: Vec<Append>,
     /// The last acceptedEpoch persisted, to skip rewriting the "from" file.
     written_from: Option<(Epoch, PeerId)>,
+    /// The SNAP being received, until it is installed or dropped.
+    incoming: Option<IncomingSnapshot>,
+    reader: Arc<WalReader>,
 }
 
 fn err(e: impl std::fmt::Display) -> StorageError {
-    StorageError(e.to_string())
+    StorageError::Failed(e.to_string())
+}
+
+/// A received snapshot that does not verify, or a transfer misused, is the
+/// sender's fault and changes nothing here; anything else is ours.
+fn received_err(e: WalError) -> StorageError {
+    match e {
+        WalError::CorruptFile { .. } | WalError::SnapshotTransfer { .. } => {
+            StorageError::Refused(e.to_string())
+        }
+        other => err(other),
+    }
+}
+
+fn snapshot_ref(info: &SnapshotInfo) -> SnapshotRef {
+    SnapshotRef {
+        zxid: info.zxid,
+        size_bytes: info.size_bytes,
+        crc: info.crc,
+    }
 }
 
 impl WalStorage {
@@ -53,11 +94,17 @@ impl WalStorage {
         if let Some(m) = recovery.sync_in_progress {
             tracing::warn!(?m, "a sync was interrupted; state is rebuilt from disk");
         }
+        let wal = Arc::new(wal);
         Ok(WalStorage {
+            reader: Arc::new(WalReader {
+                wal: wal.clone(),
+                open: Mutex::new(Vec::new()),
+            }),
             wal,
             dir,
             pending: Vec::new(),
             written_from: None,
+            incoming: None,
         })
     }
 
@@ -96,14 +143,46 @@ impl WalStorage {
         self.written_from = Some((epoch, peer));
         Ok(())
     }
+
+    /// SNAP: verifies the received file and installs it (or, for the empty
+    /// snapshot, an empty state) under the SNAP marker.
+    fn install(&mut self, snapshot: SnapshotRef) -> Result<(), StorageError> {
+        if snapshot.size_bytes == 0 {
+            self.incoming = None;
+            self.wal
+                .install_snapshot(snapshot.zxid, &mut std::io::empty())
+                .map_err(err)?;
+            return Ok(());
+        }
+        let incoming = self
+            .incoming
+            .take()
+            .filter(|i| i.zxid() == snapshot.zxid && i.is_complete())
+            .ok_or_else(|| {
+                StorageError::Refused(format!("snapshot {} was not received whole", snapshot.zxid))
+            })?;
+        let received = incoming.finish().wait().map_err(received_err)?;
+        let info = self.wal.install_received(received).map_err(err)?;
+        debug_assert_eq!(snapshot_ref(&info), snapshot, "installed what was verified");
+        Ok(())
+    }
 }
 
 impl Storage for WalStorage {
     fn recover(&mut self) -> Result<Recovered, StorageError> {
+        self.incoming = None;
         let accepted = self.wal.accepted_epoch().map_err(err)?;
         let current = self.wal.current_epoch().map_err(err)?;
-        let rebuild = self.wal.rebuild().map_err(err)?;
-        let snapshot = rebuild.snapshot.map(|s| (s.zxid, s.data));
+        let rebuild = self.wal.rebuild_from_file().map_err(err)?;
+        let snapshot = rebuild.snapshot.map(|file| {
+            let r = SnapshotRef {
+                zxid: file.zxid(),
+                size_bytes: file.size_bytes(),
+                crc: file.crc(),
+            };
+            self.reader.keep_open(file);
+            r
+        });
         let mut log = Vec::new();
         for r in rebuild.records {
             let r = r.map_err(err)?;
@@ -137,11 +216,33 @@ impl Storage for WalStorage {
         match cmd {
             StorageCmd::Append(_) => unreachable!("handled above"),
             StorageCmd::TruncateAfter(z) => self.wal.truncate_after(z).map(|_| ()).map_err(err),
-            StorageCmd::InstallSnapshot { zxid, data } => self
-                .wal
-                .install_snapshot(zxid, &mut &data[..])
-                .map(|_| ())
-                .map_err(err),
+            StorageCmd::ReceiveSnapshot(snapshot) => {
+                self.incoming = None;
+                if snapshot.size_bytes > 0 {
+                    let incoming = self
+                        .wal
+                        .incoming_snapshot(snapshot.zxid, snapshot.size_bytes, snapshot.crc)
+                        .map_err(err)?;
+                    self.incoming = Some(incoming);
+                }
+                Ok(())
+            }
+            StorageCmd::SnapshotChunk { offset, data } => {
+                let Some(incoming) = self.incoming.as_mut() else {
+                    return Err(StorageError::Refused(format!(
+                        "a snapshot chunk at {offset} with no snapshot being received"
+                    )));
+                };
+                // Blocks while the writer's bounded queue is full: this thread
+                // has nothing else to do during a SNAP, and the leader sends
+                // no more than its in-flight limit ahead.
+                incoming.write(offset, data).map_err(received_err)
+            }
+            StorageCmd::InstallSnapshot(snapshot) => self.install(snapshot),
+            StorageCmd::AbortSnapshot => {
+                self.incoming = None;
+                Ok(())
+            }
             StorageCmd::SaveEpochs(ep) => {
                 if let Some(from) = ep.accepted_from {
                     self.write_from_file(ep.accepted, from)?;
@@ -166,18 +267,141 @@ impl Storage for WalStorage {
         self.wait_pending()
     }
 
-    fn save_snapshot(&mut self, zxid: Zxid, data: Bytes) -> Result<(), StorageError> {
+    fn commit_snapshot(&mut self, written: WrittenSnapshot) -> Result<SnapshotRef, StorageError> {
+        let written = written.downcast::<rzk_wal::WrittenSnapshot>()?;
         self.wait_pending()?;
-        if self
-            .wal
-            .snapshots()
-            .map_err(err)?
-            .last()
-            .is_some_and(|s| s.zxid >= zxid)
-        {
-            return Ok(());
+        let newest = self.wal.snapshots().map_err(err)?.last().map(snapshot_ref);
+        if let Some(newest) = newest.filter(|n| n.zxid >= written.zxid()) {
+            // A newer state is already here (a SNAP installed meanwhile, or a
+            // later snapshot): this one is dropped, its file removed.
+            return Ok(newest);
         }
-        self.wal.save_snapshot(zxid, &mut &data[..]).map_err(err)?;
-        self.wal.purge().map(|_| ()).map_err(err)
+        let info = match self.wal.commit_snapshot(written) {
+            Ok(info) => info,
+            Err(WalError::Purged { zxid, start }) => {
+                // The log moved past it (a SNAP install): what it covers is
+                // covered by the newer snapshot the log starts at.
+                tracing::info!(%zxid, %start, "a snapshot older than the log start is dropped");
+                let newest = self.wal.snapshots().map_err(err)?;
+                return newest
+                    .last()
+                    .map(snapshot_ref)
+                    .ok_or_else(|| err(format!("the log starts at {start} with no snapshot")));
+            }
+            Err(e) => return Err(err(e)),
+        };
+        let report = self.wal.purge().map_err(err)?;
+        tracing::info!(zxid = %info.zxid, ?report, "snapshot saved, old history purged");
+        Ok(snapshot_ref(&info))
+    }
+
+    fn reader(&self) -> Arc<dyn StorageReader> {
+        self.reader.clone()
+    }
+}
+
+/// The read side of a [`WalStorage`]: open snapshot files, chunk reads, and
+/// snapshot writers, from any thread.
+struct WalReader {
+    wal: Arc<Wal>,
+    /// Recently used snapshot files, oldest first.
+    open: Mutex<Vec<SnapshotFile>>,
+}
+
+impl WalReader {
+    fn keep_open(&self, file: SnapshotFile) {
+        let mut open = self.open.lock().expect("not poisoned");
+        open.retain(|f| f.zxid() != file.zxid());
+        open.push(file);
+        if open.len() > OPEN_SNAPSHOTS_MAX {
+            open.remove(0);
+        }
+    }
+
+    /// The catalogued file `snapshot` names, opened once and kept open.
+    fn file(&self, snapshot: &SnapshotRef) -> Result<SnapshotFile, StorageError> {
+        let same = |f: &SnapshotFile| {
+            f.zxid() == snapshot.zxid
+                && f.size_bytes() == snapshot.size_bytes
+                && f.crc() == snapshot.crc
+        };
+        if let Some(f) = self
+            .open
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .find(|f| same(f))
+        {
+            return Ok(f.clone());
+        }
+        let file = self.wal.open_snapshot(snapshot.zxid).map_err(err)?;
+        if !same(&file) {
+            return Err(err(format!(
+                "snapshot {} in the catalog is not the one announced ({} bytes, crc {:#010x})",
+                snapshot.zxid, snapshot.size_bytes, snapshot.crc
+            )));
+        }
+        self.keep_open(file.clone());
+        Ok(file)
+    }
+}
+
+impl StorageReader for WalReader {
+    fn snapshot_source(&self, snapshot: &SnapshotRef) -> Result<SnapshotSource, StorageError> {
+        if snapshot.size_bytes == 0 {
+            return Ok(SnapshotSource::from_bytes(snapshot.zxid, Bytes::new()));
+        }
+        Ok(SnapshotSource::from_file(self.file(snapshot)?))
+    }
+
+    fn read(&self, cmd: &ReadCmd) -> Result<ReadData, StorageError> {
+        match cmd {
+            ReadCmd::SnapshotChunk {
+                snapshot,
+                offset,
+                len,
+            } => {
+                let data = self
+                    .file(snapshot)?
+                    .read_raw_at(*offset, *len)
+                    .map_err(err)?;
+                Ok(ReadData::SnapshotChunk(data))
+            }
+        }
+    }
+
+    fn snapshot_writer(&self, zxid: Zxid) -> Result<Box<dyn SnapshotSink>, StorageError> {
+        let writer = self.wal.snapshot_dir().writer(zxid).map_err(err)?;
+        Ok(Box::new(WalSink { zxid, writer }))
+    }
+}
+
+/// A state machine's snapshot streamed into an `rzk-wal` file.
+struct WalSink {
+    zxid: Zxid,
+    writer: rzk_wal::SnapshotWriter,
+}
+
+impl SnapshotSink for WalSink {
+    fn try_write(&mut self, chunk: Bytes) -> Result<(), SinkError> {
+        self.writer.try_write(chunk).map_err(|e| match e {
+            TryWriteError::Full(chunk) => SinkError::Full(chunk),
+            TryWriteError::Failed(e) => SinkError::Failed(err(e)),
+        })
+    }
+
+    fn ready(&mut self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.writer.ready())
+    }
+
+    fn finish(
+        self: Box<Self>,
+    ) -> Pin<Box<dyn Future<Output = Result<WrittenSnapshot, StorageError>> + Send>> {
+        let zxid = self.zxid;
+        let finishing = self.writer.finish();
+        Box::pin(async move {
+            let written = finishing.await.map_err(err)?;
+            Ok(WrittenSnapshot::new(zxid, Box::new(written)))
+        })
     }
 }

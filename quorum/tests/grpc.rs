@@ -46,8 +46,14 @@ fn all_messages() -> Vec<Message> {
         SessionMsg::Trunc { to: z },
         SessionMsg::Snap {
             zxid: z,
+            size_bytes: 1 << 33,
+            crc: 0xdead_beef,
+        },
+        SessionMsg::SnapChunk {
+            offset: 1 << 32,
             data: Bytes::from_static(b"state"),
         },
+        SessionMsg::SnapAck { received: 77 },
         SessionMsg::Proposal {
             entries: vec![e.clone(), e.clone()],
         },
@@ -312,8 +318,8 @@ async fn a_message_over_the_size_limit_is_dropped_and_traffic_continues() {
     let big = Message::Session {
         session: SessionId(1),
         seq: 1,
-        msg: SessionMsg::Snap {
-            zxid: Zxid::ZERO,
+        msg: SessionMsg::SnapChunk {
+            offset: 0,
             data: Bytes::from(vec![0u8; 64 * 1024]),
         },
     };

@@ -16,12 +16,19 @@ use crate::watch::ConnId;
 impl Core {
     pub(crate) fn on_committed(&mut self, item: Committed) -> Result<(), CoreError> {
         match item {
-            Committed::Snapshot { zxid, data } => {
+            Committed::Snapshot { zxid, source } => {
                 // Zxid 0 with no bytes is the empty state of a new data directory.
-                let (tree, sessions, at) = if zxid == Zxid::ZERO && data.is_empty() {
+                let (tree, sessions, at) = if zxid == Zxid::ZERO && source.is_empty() {
                     (DataTree::new(), Vec::new(), Zxid::ZERO)
                 } else {
-                    DataTree::load_snapshot(&data)
+                    // The tree loads while the source streams the file (a
+                    // bounded window, never the whole state in one buffer);
+                    // the loader reads to the end, where the source checks
+                    // the file's checksum, and a failure changes nothing.
+                    let mut reader = source
+                        .reader()
+                        .map_err(|e| CoreError::Corrupt(format!("snapshot at {zxid}: {e}")))?;
+                    DataTree::load_snapshot_from(&mut reader)
                         .map_err(|e| CoreError::Corrupt(format!("snapshot at {zxid}: {e}")))?
                 };
                 self.reset_from_snapshot(tree, sessions, at);
@@ -74,6 +81,9 @@ impl Core {
         at: Zxid,
     ) {
         self.stop_serving("a snapshot is loaded");
+        // A snapshot of the old tree in progress is abandoned (its writer
+        // aborts when its stream ends unfinished).
+        self.snapshot_out = None;
         self.tree = tree;
         self.show_membership();
         self.sessions.clear();

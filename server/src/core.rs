@@ -341,6 +341,8 @@ pub(crate) struct Core {
     /// snapCount and snapCount, drawn again after each snapshot.
     pub(crate) snapshot_after_txns: u64,
     pub(crate) snapshot_saves: FuturesUnordered<Proposal>,
+    /// The snapshot in progress, streamed in chunks to the replicator's writer.
+    pub(crate) snapshot_out: Option<crate::snapshot::SnapshotStream>,
     pub(crate) syncs: FuturesUnordered<tokio::task::JoinHandle<SyncDone>>,
     pub(crate) next_sync_token: u64,
     /// Resumes waiting for their barrier, by connection (at most one each).
@@ -412,6 +414,7 @@ impl Core {
             txns_since_snapshot: 0,
             snapshot_after_txns,
             snapshot_saves: FuturesUnordered::new(),
+            snapshot_out: None,
             syncs: FuturesUnordered::new(),
             next_sync_token: 1,
             revalidating: HashMap::new(),

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use rzk_quorum::core::Epochs;
+use rzk_quorum::core::{Epochs, SnapshotRef};
 use rzk_quorum::message::Entry;
 use rzk_quorum::PeerId;
 use rzk_zxid::{Epoch, Zxid};
@@ -196,7 +196,13 @@ impl Checker {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Disk {
     pub(crate) log: Vec<Entry>,
-    pub(crate) snapshot: Option<(Zxid, bytes::Bytes)>,
+    /// The newest snapshot and its "file" (the encoded state machine).
+    pub(crate) snapshot: Option<(SnapshotRef, bytes::Bytes)>,
+    /// Older snapshots a reader still has open (a SNAP in progress survives
+    /// the next snapshot, as an open file survives its purge); gone on a crash.
+    pub(crate) retained: Vec<(SnapshotRef, bytes::Bytes)>,
+    /// A SNAP being received (a temporary file: gone on a crash).
+    pub(crate) incoming: Option<(SnapshotRef, Vec<u8>)>,
     pub(crate) epochs: Epochs,
     pub(crate) marker: bool,
 }
@@ -206,12 +212,37 @@ impl Disk {
         self.log
             .last()
             .map(|e| e.zxid)
-            .or(self.snapshot.as_ref().map(|s| s.0))
+            .or(self.snapshot.as_ref().map(|s| s.0.zxid))
             .unwrap_or(Zxid::ZERO)
     }
 
     pub(crate) fn base(&self) -> Zxid {
-        self.snapshot.as_ref().map(|s| s.0).unwrap_or(Zxid::ZERO)
+        self.snapshot
+            .as_ref()
+            .map(|s| s.0.zxid)
+            .unwrap_or(Zxid::ZERO)
+    }
+
+    /// The bytes of snapshot `r`, if this disk still has them (newest or open).
+    pub(crate) fn snapshot_bytes(&self, r: &SnapshotRef) -> Option<bytes::Bytes> {
+        if r.size_bytes == 0 {
+            return Some(bytes::Bytes::new());
+        }
+        self.snapshot
+            .iter()
+            .chain(self.retained.iter())
+            .find(|(s, _)| s == r)
+            .map(|(_, b)| b.clone())
+    }
+
+    /// Makes `r` the newest snapshot, keeping the previous one readable.
+    pub(crate) fn set_snapshot(&mut self, r: SnapshotRef, data: bytes::Bytes) {
+        if let Some(old) = self.snapshot.replace((r, data)) {
+            self.retained.push(old);
+            if self.retained.len() > 3 {
+                self.retained.remove(0);
+            }
+        }
     }
 
     /// Whether the disk holds `zxid` (in its log, or inside its snapshot).

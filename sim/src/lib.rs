@@ -37,7 +37,10 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use rzk_quorum::core::{Config, Input, OpId, Output, Peer, Recovered, StorageCmd, TestBugs, Tick};
+use rzk_quorum::core::{
+    Config, Input, OpId, Output, Peer, ReadCmd, ReadData, ReadId, Recovered, SnapshotRef,
+    StorageCmd, TestBugs, Tick,
+};
 use rzk_quorum::message::{Entry, Message, PeerState, SessionMsg};
 use rzk_quorum::{PeerId, Role};
 use rzk_zxid::{CounterLimit, Zxid};
@@ -136,6 +139,10 @@ pub struct Report {
     pub sync_barriers: u64,
     /// Connection losses reported to peers (`Input::PeerDisconnected`).
     pub link_downs: u64,
+    /// SNAP chunks sent in all.
+    pub snap_chunks: u64,
+    /// Received snapshots storage refused (a chunk corrupted on the way).
+    pub snaps_refused: u64,
     /// Peer messages refused by a core (`Output::Refused`): stale sessions,
     /// broken streams, and the bad input the faults produce.
     pub refused: u64,
@@ -198,6 +205,13 @@ enum Event {
     Heal,
     Snapshot,
     ClientSync,
+    /// A storage read of `node` completes.
+    ReadDone {
+        node: usize,
+        incarnation: u64,
+        id: ReadId,
+        result: Result<ReadData, String>,
+    },
     /// The transport of `to` reports that its connection to `peer` ended.
     LinkDown {
         to: usize,
@@ -248,6 +262,9 @@ struct World {
     limit: CounterLimit,
     faults_on: bool,
     events_since_check: u64,
+    /// SNAP chunk size and in-flight limit of this seed's peers.
+    snap_chunk: usize,
+    snap_window: u64,
     /// The nodes' observer relays and the simulated observers.
     relays: relays::Relays,
 }
@@ -270,6 +287,13 @@ fn sm_encode(sm: &[(Zxid, u64)]) -> Bytes {
         v.extend_from_slice(&id.to_le_bytes());
     }
     Bytes::from(v)
+}
+
+/// The simulated storage's file checksum (FNV-1a, 32 bits).
+fn checksum(b: &[u8]) -> u32 {
+    b.iter().fold(0x811c9dc5u32, |h, x| {
+        (h ^ *x as u32).wrapping_mul(0x01000193)
+    })
 }
 
 fn sm_decode(b: &[u8]) -> Vec<(Zxid, u64)> {
@@ -377,7 +401,11 @@ impl World {
                 acks: 0,
             })
             .collect();
+        let snap_chunk = rng.random_range(16..512);
+        let snap_window = (snap_chunk * rng.random_range(1..5)) as u64;
         World {
+            snap_chunk,
+            snap_window,
             relays: relays::Relays::new(seed, opts.nodes, opts.observers, opts.bug_5088),
             group: vec![0; opts.nodes],
             link_last: BTreeMap::new(),
@@ -464,6 +492,8 @@ impl World {
         cfg.sync_limit = 200;
         cfg.batch_entries_max = 16;
         cfg.log_retained_below_snapshot_max = 8;
+        cfg.snap_chunk_bytes_max = self.snap_chunk;
+        cfg.snap_in_flight_bytes_max = self.snap_window;
         cfg.incarnation = self.nodes[i].incarnation;
         cfg.test_bugs = self.opts.bugs;
         cfg
@@ -478,9 +508,12 @@ impl World {
         n.proposed.clear();
         n.syncs.clear();
         n.leading = None;
+        // Temporary files and open descriptors are gone with the process.
+        n.disk.incoming = None;
+        n.disk.retained.clear();
         let rec = Recovered {
             epochs: n.disk.epochs,
-            snapshot: n.disk.snapshot.clone(),
+            snapshot: n.disk.snapshot.as_ref().map(|s| s.0),
             log: n.disk.log.clone(),
             sync_in_progress: n.disk.marker,
         };
@@ -775,6 +808,17 @@ impl World {
                 self.step(to, Input::PeerDisconnected { peer: p })
             }
             Event::LinkReset => self.link_reset(),
+            Event::ReadDone {
+                node,
+                incarnation,
+                id,
+                result,
+            } => {
+                if self.nodes[node].incarnation != incarnation || self.nodes[node].peer.is_none() {
+                    return Ok(());
+                }
+                self.step(node, Input::ReadDone { id, result })
+            }
         }
     }
 
@@ -840,6 +884,7 @@ impl World {
                 SessionMsg::Diff { .. } => Some(0),
                 SessionMsg::Trunc { .. } => Some(1),
                 SessionMsg::Snap { .. } => Some(2),
+                SessionMsg::SnapChunk { .. } => Some(4),
                 SessionMsg::NewLeader { .. } | SessionMsg::Proposal { .. } => Some(3),
                 _ => None,
             },
@@ -849,6 +894,10 @@ impl World {
             if k < 3 {
                 self.report.syncs[k] += 1;
             }
+            if k == 4 && !self.rng.random_bool(0.1) {
+                // Crashes mid-transfer, but not at every chunk.
+                return self.step_deliver(to, from, msg);
+            }
             // Crash right after a sync step, before its writes complete: covers
             // an interruption at each step of every sync mode.
             if self.faults_on && self.opts.crashes && self.rng.random_bool(0.02) {
@@ -856,6 +905,10 @@ impl World {
                 self.schedule(at, Event::Crash { node: to });
             }
         }
+        self.step_deliver(to, from, msg)
+    }
+
+    fn step_deliver(&mut self, to: usize, from: usize, msg: Message) -> Result<(), Violation> {
         let from_id = self.nodes[from].id;
         if self.opts.trace_lines > 1000 {
             // Long traces (replays) show every delivered message.
@@ -923,7 +976,17 @@ impl World {
                 }
                 Ok(())
             }
-            Output::ApplySnapshot { zxid, data } => {
+            Output::ApplySnapshot { snapshot } => {
+                let zxid = snapshot.zxid;
+                let Some(data) = self.nodes[i].disk.snapshot_bytes(&snapshot) else {
+                    return Err(violation(
+                        "SnapshotIntegrity",
+                        format!(
+                            "{:?} applies snapshot {zxid}, not on its disk",
+                            self.nodes[i].id
+                        ),
+                    ));
+                };
                 let seq = sm_decode(&data);
                 if seq.last().map(|s| s.0).unwrap_or(Zxid::ZERO) != zxid {
                     return Err(violation(
@@ -936,6 +999,33 @@ impl World {
                 Ok(())
             }
             Output::Apply(entries) => self.apply(i, entries),
+            Output::Read { id, cmd } => {
+                let ReadCmd::SnapshotChunk {
+                    snapshot,
+                    offset,
+                    len,
+                } = cmd;
+                let result = match self.nodes[i].disk.snapshot_bytes(&snapshot) {
+                    Some(b) => {
+                        let start = (offset as usize).min(b.len());
+                        let end = (start + len).min(b.len());
+                        Ok(ReadData::SnapshotChunk(b.slice(start..end)))
+                    }
+                    None => Err(format!("snapshot {} is gone", snapshot.zxid)),
+                };
+                let at = self.now + self.rng.random_range(0..4);
+                let incarnation = self.nodes[i].incarnation;
+                self.schedule(
+                    at,
+                    Event::ReadDone {
+                        node: i,
+                        incarnation,
+                        id,
+                        result,
+                    },
+                );
+                Ok(())
+            }
             Output::Proposed { id, zxid } => {
                 let payload = self.nodes[i].proposed.get(&id).copied().unwrap_or(0);
                 let who = self.nodes[i].id;
@@ -1091,9 +1181,25 @@ impl World {
         }
     }
 
-    fn send(&mut self, i: usize, to: PeerId, msg: Message) -> Result<(), Violation> {
+    fn send(&mut self, i: usize, to: PeerId, mut msg: Message) -> Result<(), Violation> {
         if self.opts.check_claims {
             self.check_claims(i, &msg)?;
+        }
+        if let Message::Session {
+            msg: SessionMsg::SnapChunk { data, .. },
+            ..
+        } = &mut msg
+        {
+            self.report.snap_chunks += 1;
+            if self.faults_on && self.rng.random_bool(0.01) {
+                // A chunk corrupted on the way: the learner's storage must
+                // refuse the file, and nothing of it may be installed.
+                let mut bad = data.to_vec();
+                let k = self.rng.random_range(0..bad.len());
+                bad[k] ^= 0x5a;
+                *data = Bytes::from(bad);
+                self.note(|| "a SNAP chunk corrupted in flight".into());
+            }
         }
         let to = (to.0 - 1) as usize;
         if self.faults_on && self.rng.random_bool(self.opts.loss) {
@@ -1131,18 +1237,31 @@ impl World {
     /// Group commit: every command issued so far becomes durable.
     fn complete_storage(&mut self, i: usize) -> Result<(), Violation> {
         let cmds: Vec<(OpId, StorageCmd)> = self.nodes[i].inflight.drain(..).collect();
-        let Some(last) = cmds.last().map(|c| c.0) else {
-            return Ok(());
-        };
-        for (_, cmd) in cmds {
-            self.apply_to_disk(i, cmd, usize::MAX)?;
+        let mut done = None;
+        for (op, cmd) in cmds {
+            if self.apply_to_disk(i, cmd, usize::MAX)? {
+                done = Some(op);
+                continue;
+            }
+            // Refused (a received snapshot that does not verify): what came
+            // before is done, this one changed nothing.
+            self.report.snaps_refused += 1;
+            if let Some(d) = done.take() {
+                self.step(i, Input::StorageDone { op: d })?;
+            }
+            self.step(i, Input::StorageRefused { op })?;
         }
-        self.step(i, Input::StorageDone { op: last })
+        match done {
+            Some(op) => self.step(i, Input::StorageDone { op }),
+            None => Ok(()),
+        }
     }
 
-    /// Applies a command to the disk, checking the disk-level properties.
-    /// `keep` limits how many entries of an append reach the disk (a torn write).
-    fn apply_to_disk(&mut self, i: usize, cmd: StorageCmd, keep: usize) -> Result<(), Violation> {
+    /// Applies a command to the disk, checking the disk-level properties;
+    /// `false` if storage refuses it (a received snapshot that does not
+    /// verify: nothing changes). `keep` limits how many entries of an append
+    /// reach the disk (a torn write).
+    fn apply_to_disk(&mut self, i: usize, cmd: StorageCmd, keep: usize) -> Result<bool, Violation> {
         let id = self.nodes[i].id;
         let checker = &mut self.checker;
         let disk = &mut self.nodes[i].disk;
@@ -1179,7 +1298,22 @@ impl World {
                 }
                 disk.log.retain(|e| e.zxid <= z);
             }
-            StorageCmd::InstallSnapshot { zxid, data } => {
+            StorageCmd::ReceiveSnapshot(r) => disk.incoming = Some((r, Vec::new())),
+            StorageCmd::SnapshotChunk { offset, data } => match disk.incoming.as_mut() {
+                Some((_, buf)) if offset == buf.len() as u64 => buf.extend_from_slice(&data),
+                _ => return Ok(false),
+            },
+            StorageCmd::AbortSnapshot => disk.incoming = None,
+            StorageCmd::InstallSnapshot(r) => {
+                let zxid = r.zxid;
+                let data = match disk.incoming.take() {
+                    Some((s, buf)) if s == r => buf,
+                    _ if r.size_bytes == 0 => Vec::new(),
+                    _ => return Ok(false),
+                };
+                if data.len() as u64 != r.size_bytes || checksum(&data) != r.crc {
+                    return Ok(false);
+                }
                 if zxid.epoch() > disk.epochs.accepted {
                     return Err(violation(
                         "EpochFence",
@@ -1189,7 +1323,7 @@ impl World {
                         ),
                     ));
                 }
-                disk.snapshot = Some((zxid, data));
+                disk.set_snapshot(r, Bytes::from(data));
                 disk.log.clear();
             }
             StorageCmd::SaveEpochs(ep) => {
@@ -1217,7 +1351,7 @@ impl World {
             StorageCmd::BeginSync { .. } => disk.marker = true,
             StorageCmd::EndSync => disk.marker = false,
         }
-        Ok(())
+        Ok(true)
     }
 
     fn crash(&mut self, i: usize) -> Result<(), Violation> {
@@ -1354,9 +1488,14 @@ impl World {
         // The state machine's snapshot is durable at once (the driver's job);
         // the disk then purges the log it covers.
         let data = sm_encode(&n.sm);
-        n.disk.snapshot = Some((zxid, data.clone()));
+        let snapshot = SnapshotRef {
+            zxid,
+            size_bytes: data.len() as u64,
+            crc: checksum(&data),
+        };
+        n.disk.set_snapshot(snapshot, data);
         n.disk.log.retain(|e| e.zxid > zxid);
-        let out = peer.step(Tick(self.now), Input::SnapshotSaved { zxid, data });
+        let out = peer.step(Tick(self.now), Input::SnapshotSaved { snapshot });
         self.handle_outputs(i, out)
     }
 }

@@ -112,13 +112,16 @@ impl Relays {
         match o {
             Output::Storage { cmd, .. } => match cmd {
                 StorageCmd::Append(entries) => self.feed(i, entries, false),
-                StorageCmd::TruncateAfter(_) | StorageCmd::InstallSnapshot { .. } => {
+                StorageCmd::TruncateAfter(_) | StorageCmd::InstallSnapshot(_) => {
                     self.drop_relay(i);
                     Ok(())
                 }
-                StorageCmd::SaveEpochs(_) | StorageCmd::BeginSync { .. } | StorageCmd::EndSync => {
-                    Ok(())
-                }
+                StorageCmd::SaveEpochs(_)
+                | StorageCmd::BeginSync { .. }
+                | StorageCmd::EndSync
+                | StorageCmd::ReceiveSnapshot(_)
+                | StorageCmd::SnapshotChunk { .. }
+                | StorageCmd::AbortSnapshot => Ok(()),
             },
             Output::Apply(entries) => self.feed(i, entries, true),
             Output::ApplySnapshot { .. } => {
@@ -131,6 +134,7 @@ impl Relays {
                 Ok(())
             }
             Output::Send { .. }
+            | Output::Read { .. }
             | Output::Proposed { .. }
             | Output::ProposeFailed { .. }
             | Output::SyncDone { .. }

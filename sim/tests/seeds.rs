@@ -74,15 +74,23 @@ fn faults_are_injected() {
     let r = run(11, &opts(5)).expect("passes");
     assert!(r.crashes > 0 && r.partitions > 0, "{r:?}");
     let mut syncs = [0u64; 3];
+    let (mut chunks, mut refused) = (0, 0);
     for seed in 0..40 {
         let r = run(seed, &opts(3)).expect("passes");
         for (total, n) in syncs.iter_mut().zip(r.syncs) {
             *total += n;
         }
+        chunks += r.snap_chunks;
+        refused += r.snaps_refused;
     }
     assert!(
         syncs.iter().all(|n| *n > 0),
         "DIFF, TRUNC and SNAP all run: {syncs:?}"
+    );
+    assert!(chunks > 100, "SNAP streams its file in chunks: {chunks}");
+    assert!(
+        refused > 0,
+        "a corrupted chunk makes a learner's storage refuse the file"
     );
     assert!(r.link_downs > 0, "lost connections are reported: {r:?}");
 }

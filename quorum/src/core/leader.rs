@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rzk_zxid::{Epoch, Next, Zxid};
 
-use super::{Output, Peer, Refusal, State, Tick};
+use bytes::Bytes;
+
+use super::{Output, Peer, ReadCmd, ReadData, Refusal, SnapRead, SnapshotRef, State, Tick};
 use crate::message::{Entry, LearnerKind, Message, RejectReason, SessionId, SessionMsg, Vote};
 use crate::{PeerId, ReplicateError, Role};
 
@@ -30,6 +32,9 @@ enum HPhase {
     Info,
     EpochSent,
     EpochAcked,
+    /// SNAP: the snapshot file is being streamed; the rest of the sync follows
+    /// its last chunk.
+    SnapSending,
     /// Sync data and NEWLEADER sent; live proposals are forwarded from here on.
     Synced,
     NewLeaderAcked,
@@ -52,6 +57,24 @@ struct Handle {
     last_heard: Tick,
     /// Highest ping round answered.
     pong: u64,
+    /// The SNAP transfer to this learner, while in [`HPhase::SnapSending`].
+    snap: Option<SnapSend>,
+}
+
+/// A SNAP transfer to one learner: the snapshot file in chunks read from
+/// storage, at most `snap_in_flight_bytes_max` ahead of what the learner has
+/// stored.
+#[derive(Clone, Debug)]
+struct SnapSend {
+    snapshot: SnapshotRef,
+    /// Bytes asked of storage so far (from offset 0).
+    read: u64,
+    /// Bytes sent to the learner.
+    sent: u64,
+    /// Bytes the learner reported stored.
+    acked: u64,
+    /// Chunks read and not yet sent (reads may complete out of order).
+    ready: BTreeMap<u64, Bytes>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -265,12 +288,14 @@ impl Peer {
                 self.leader_check_syncs();
             }
             SessionMsg::SyncRequest { id } => self.leader_on_sync_request(from, session, id),
+            SessionMsg::SnapAck { received } => self.leader_on_snap_ack(from, received),
             SessionMsg::Forward { payload } => self.leader_on_forward(from, payload),
             SessionMsg::FollowerInfo { .. }
             | SessionMsg::LeaderInfo { .. }
             | SessionMsg::Diff { .. }
             | SessionMsg::Trunc { .. }
             | SessionMsg::Snap { .. }
+            | SessionMsg::SnapChunk { .. }
             | SessionMsg::Proposal { .. }
             | SessionMsg::Commit { .. }
             | SessionMsg::NewLeader { .. }
@@ -327,6 +352,7 @@ impl Peer {
                 acked: Zxid::ZERO,
                 last_heard: now,
                 pong: 0,
+                snap: None,
             },
         );
         // A peer that restarted and reconnects must not keep counting towards
@@ -541,20 +567,157 @@ impl Peer {
                 return (SessionMsg::Trunc { to: q }, q);
             }
         }
-        let (zxid, data) = self.snapshot.clone();
-        (SessionMsg::Snap { zxid, data }, zxid)
+        let s = self.snapshot;
+        let snap = SessionMsg::Snap {
+            zxid: s.zxid,
+            size_bytes: s.size_bytes,
+            crc: s.crc,
+        };
+        (snap, s.zxid)
     }
 
-    /// Sends a learner everything it lacks, then NEWLEADER. Built in one step
-    /// from the leader's log *and* its unwritten proposals, so no proposal can
-    /// fall between the sync data and the live stream (I4).
+    /// Starts a learner's synchronisation: DIFF or TRUNC with what follows at
+    /// once; SNAP first streams the snapshot file (`leader_snap_pump`), and the
+    /// rest follows its last chunk.
     fn leader_sync_learner(&mut self, id: PeerId) {
         let Some(h) = self.ld_ref().learners.get(&id) else {
             return;
         };
-        let (peer_last, offered) = (h.peer_last, h.offered);
         let ends = h.peer_epoch_ends.clone();
-        let (mode, after) = self.sync_plan(peer_last, &ends);
+        let (mode, after) = self.sync_plan(h.peer_last, &ends);
+        let snapshot = self.snapshot;
+        let streams = matches!(mode, SessionMsg::Snap { .. }) && snapshot.size_bytes > 0;
+        self.send_learner(id, mode);
+        if !streams {
+            self.leader_sync_tail(id, after);
+            return;
+        }
+        if let Some(h) = self.ld().learners.get_mut(&id) {
+            h.phase = HPhase::SnapSending;
+            h.snap = Some(SnapSend {
+                snapshot,
+                read: 0,
+                sent: 0,
+                acked: 0,
+                ready: BTreeMap::new(),
+            });
+        }
+        self.leader_snap_pump(id);
+    }
+
+    /// Asks storage for the next chunks of a learner's SNAP, up to the
+    /// in-flight limit (what is read or sent and not yet stored by the learner).
+    fn leader_snap_pump(&mut self, id: PeerId) {
+        let (chunk, window) = (
+            self.cfg.snap_chunk_bytes_max.max(1) as u64,
+            self.cfg.snap_in_flight_bytes_max,
+        );
+        loop {
+            let Some(h) = self.ld().learners.get_mut(&id) else {
+                return;
+            };
+            let session = h.session;
+            let Some(s) = h.snap.as_mut() else {
+                return;
+            };
+            let size = s.snapshot.size_bytes;
+            if s.read >= size || s.read - s.acked >= window {
+                return;
+            }
+            let offset = s.read;
+            let len = chunk.min(size - offset);
+            s.read += len;
+            let cmd = ReadCmd::SnapshotChunk {
+                snapshot: s.snapshot,
+                offset,
+                len: len as usize,
+            };
+            let read = SnapRead {
+                peer: id,
+                session,
+                offset,
+            };
+            self.issue_read(read, cmd);
+        }
+    }
+
+    /// A chunk of a learner's SNAP came back from storage: chunks go out in
+    /// file order; after the last, the rest of the sync.
+    pub(super) fn leader_on_snap_read(&mut self, read: SnapRead, result: Result<ReadData, String>) {
+        let id = read.peer;
+        let Some(h) = self.ld().learners.get_mut(&id) else {
+            return;
+        };
+        if h.session != read.session {
+            return;
+        }
+        let Some(s) = h.snap.as_mut() else {
+            return;
+        };
+        let size = s.snapshot.size_bytes;
+        let data = match result {
+            Ok(ReadData::SnapshotChunk(data)) if !data.is_empty() => data,
+            // Our own snapshot cannot be read (the driver logs why): this
+            // learner starts over, by then perhaps from a newer snapshot.
+            Ok(ReadData::SnapshotChunk(_)) | Err(_) => {
+                self.drop_learner(id, RejectReason::Protocol);
+                return;
+            }
+        };
+        s.ready.insert(read.offset, data);
+        let mut out = Vec::new();
+        while let Some(data) = s.ready.remove(&s.sent) {
+            let offset = s.sent;
+            s.sent += data.len() as u64;
+            out.push(SessionMsg::SnapChunk { offset, data });
+        }
+        let done = s.sent >= size;
+        let after = s.snapshot.zxid;
+        for msg in out {
+            self.send_learner(id, msg);
+        }
+        if !done {
+            self.leader_snap_pump(id);
+            return;
+        }
+        if let Some(h) = self.ld().learners.get_mut(&id) {
+            h.snap = None;
+        }
+        if after < self.log_base {
+            // A newer snapshot trimmed the entries after this one from memory
+            // during the transfer; the learner starts over from the newer one.
+            self.drop_learner(id, RejectReason::Protocol);
+            return;
+        }
+        self.leader_sync_tail(id, after);
+    }
+
+    /// The learner stored its SNAP up to `received`: more may be read.
+    fn leader_on_snap_ack(&mut self, from: PeerId, received: u64) {
+        let Some(h) = self.ld().learners.get_mut(&from) else {
+            return;
+        };
+        let Some(s) = h.snap.as_mut() else {
+            // The transfer is complete; a late acknowledgement says nothing.
+            return;
+        };
+        if received > s.sent {
+            self.refuse_learner(from, "SNAPACK", Refusal::Unexpected);
+            return;
+        }
+        s.acked = s.acked.max(received);
+        self.leader_snap_pump(from);
+    }
+
+    /// Sends a learner the entries after `after`, what it may treat as
+    /// committed, and NEWLEADER. Built in one step from the leader's log *and*
+    /// its unwritten proposals, so no proposal can fall between the sync data
+    /// and the live stream (I4).
+    fn leader_sync_tail(&mut self, id: PeerId, after: Zxid) {
+        let Some(h) = self.ld_ref().learners.get(&id) else {
+            return;
+        };
+        let offered = h.offered;
         let entries: Vec<Entry> = self
             .log
             .iter()
@@ -562,7 +725,6 @@ impl Peer {
             .filter(|e| e.zxid > after)
             .cloned()
             .collect();
-        self.send_learner(id, mode);
         for chunk in entries.chunks(self.cfg.batch_entries_max.max(1)) {
             self.send_learner(
                 id,

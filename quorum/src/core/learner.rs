@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use rzk_zxid::{Epoch, Zxid};
 
-use super::{Effect, Output, Peer, Refusal, State, StorageCmd, SyncMode, Tick};
+use super::{Effect, Output, Peer, Refusal, SnapshotRef, State, StorageCmd, SyncMode, Tick};
 use crate::message::{Entry, LearnerKind, Message, SessionId, SessionMsg, Vote};
 use crate::{PeerId, ReplicateError, Role};
 
@@ -59,6 +59,27 @@ pub(crate) struct Learner {
     syncs_sent: BTreeSet<u64>,
     /// Barriers received, waiting for the apply point.
     syncs_waiting: Vec<(u64, Zxid)>,
+    /// The SNAP being received, until its install is durable.
+    snap: Option<SnapRecv>,
+    /// A NEWLEADER that came while the snapshot was still being installed:
+    /// taken up once the install is durable (or dropped with the session if
+    /// storage refuses the snapshot), so nothing is written after a refused
+    /// install.
+    pending_new_leader: Option<Epoch>,
+}
+
+/// A SNAP being received: the leader's file in chunks, into storage.
+#[derive(Clone, Copy, Debug)]
+struct SnapRecv {
+    snapshot: SnapshotRef,
+    /// Bytes handed to storage.
+    received: u64,
+    /// Bytes storage has taken.
+    stored: u64,
+    /// Bytes reported to the leader (SNAPACK).
+    acked: u64,
+    /// Every byte is in; InstallSnapshot is issued.
+    installing: bool,
 }
 
 impl Learner {
@@ -79,7 +100,13 @@ impl Learner {
             marker_set: false,
             syncs_sent: BTreeSet::new(),
             syncs_waiting: Vec::new(),
+            snap: None,
+            pending_new_leader: None,
         }
+    }
+
+    pub(crate) fn session(&self) -> SessionId {
+        self.session
     }
 
     pub(crate) fn is_up_to_date(&self) -> bool {
@@ -183,6 +210,9 @@ impl Peer {
             {
                 self.learner_on_sync_mode(msg)
             }
+            SessionMsg::SnapChunk { offset, data } if phase == Phase::Syncing => {
+                self.learner_on_snap_chunk(offset, data)
+            }
             SessionMsg::Proposal { entries } if phase >= Phase::Syncing => {
                 self.learner_on_proposal(entries)
             }
@@ -205,6 +235,8 @@ impl Peer {
             | SessionMsg::Diff { .. }
             | SessionMsg::Trunc { .. }
             | SessionMsg::Snap { .. }
+            | SessionMsg::SnapChunk { .. }
+            | SessionMsg::SnapAck { .. }
             | SessionMsg::Proposal { .. }
             | SessionMsg::Commit { .. }
             | SessionMsg::NewLeader { .. }
@@ -336,7 +368,11 @@ impl Peer {
                 self.recompute_gate();
                 (Mode::Trunc, to)
             }
-            SessionMsg::Snap { zxid, data } => {
+            SessionMsg::Snap {
+                zxid,
+                size_bytes,
+                crc,
+            } => {
                 if zxid.epoch() > self.written_epochs.accepted {
                     // The snapshot reaches into an epoch the leader rolled over to
                     // after this session began: persist it first (EpochFence), as
@@ -346,23 +382,33 @@ impl Peer {
                     ep.accepted_from = Some(self.fl_ref().leader);
                     self.save_epochs(ep, None);
                 }
-                self.issue(
-                    StorageCmd::InstallSnapshot {
-                        zxid,
-                        data: data.clone(),
-                    },
-                    Effect::Snapshot { zxid, data },
-                );
-                // A snapshot holds committed history only, so it holds the
-                // initial history of its own epoch: currentEpoch may rise to
-                // it once it is durable (storage runs in order). Left behind, a
-                // peer holding committed txns of that epoch would lose votes to
-                // a peer of that epoch with fewer of them, which would then cut
-                // them away (found in simulation: a SNAP past a rollover).
-                self.raise_current_to_snapshot(zxid);
-                self.log.clear();
-                self.log_base = zxid;
-                self.gate = None;
+                let snapshot = SnapshotRef {
+                    zxid,
+                    size_bytes,
+                    crc,
+                };
+                // The file streams into storage; the log, the gate and the
+                // state machine switch to it when its install is durable
+                // (`Effect::Snapshot`): until then they stay what the disk
+                // holds (I2), whatever becomes of the transfer.
+                let mut recv = SnapRecv {
+                    snapshot,
+                    received: 0,
+                    stored: 0,
+                    acked: 0,
+                    installing: false,
+                };
+                let session = self.fl_ref().session;
+                if size_bytes == 0 {
+                    recv.installing = true;
+                    self.issue(
+                        StorageCmd::InstallSnapshot(snapshot),
+                        Effect::Snapshot { snapshot, session },
+                    );
+                } else {
+                    self.issue(StorageCmd::ReceiveSnapshot(snapshot), Effect::Marker);
+                }
+                self.fl().snap = Some(recv);
                 self.raise_commit_known(zxid);
                 (Mode::Snap, zxid)
             }
@@ -403,11 +449,82 @@ impl Peer {
         self.advance_apply();
     }
 
+    /// The next chunk of the SNAP being received goes to storage; the last
+    /// one is followed by the install.
+    fn learner_on_snap_chunk(&mut self, offset: u64, data: bytes::Bytes) {
+        let Some(mut r) = self.fl_ref().snap.filter(|r| !r.installing) else {
+            self.learner_protocol_error("SNAPCHUNK", Refusal::Unexpected);
+            return;
+        };
+        let end = offset + data.len() as u64;
+        if offset != r.received || data.is_empty() || end > r.snapshot.size_bytes {
+            let why = Refusal::OutOfOrder {
+                expected: r.received,
+                got: offset,
+            };
+            self.learner_protocol_error("SNAPCHUNK", why);
+            return;
+        }
+        let session = self.fl_ref().session;
+        self.issue(
+            StorageCmd::SnapshotChunk { offset, data },
+            Effect::SnapChunk { end, session },
+        );
+        r.received = end;
+        if end == r.snapshot.size_bytes {
+            r.installing = true;
+            let snapshot = r.snapshot;
+            self.issue(
+                StorageCmd::InstallSnapshot(snapshot),
+                Effect::Snapshot { snapshot, session },
+            );
+        }
+        self.fl().snap = Some(r);
+    }
+
+    /// Storage has taken the SNAP file of `session` up to `end`.
+    pub(super) fn learner_snap_stored(&mut self, session: SessionId, end: u64) {
+        if let State::Following(f) = &mut self.state {
+            if let Some(r) = f.snap.as_mut().filter(|_| f.session == session) {
+                r.stored = r.stored.max(end);
+            }
+        }
+    }
+
+    /// The SNAP install of `session` is durable: the sync goes on (a NEWLEADER
+    /// that waited for it is taken up).
+    pub(super) fn learner_snap_installed(&mut self, session: SessionId) {
+        if let State::Following(f) = &mut self.state {
+            if f.session == session {
+                f.snap = None;
+            }
+        }
+    }
+
+    /// Storage refused the snapshot received (it does not verify): nothing of
+    /// it was installed; the session ends and the next sync starts over (I2).
+    pub(super) fn learner_on_snapshot_refused(&mut self) {
+        if self.fl_ref().snap.is_some() {
+            self.learner_protocol_error("SNAP", Refusal::BadSnapshot);
+        }
+    }
+
     fn learner_on_new_leader(&mut self, epoch: Epoch) {
         if epoch != self.fl_ref().epoch {
             let expected = self.fl_ref().epoch;
             self.learner_protocol_error("NEWLEADER", Refusal::WrongEpoch { epoch, expected });
             return;
+        }
+        match self.fl_ref().snap {
+            None => {}
+            Some(r) if r.installing => {
+                self.fl().pending_new_leader = Some(epoch);
+                return;
+            }
+            Some(_) => {
+                self.learner_protocol_error("NEWLEADER", Refusal::Unexpected);
+                return;
+            }
         }
         let buffer = std::mem::take(&mut self.fl().buffer);
         self.write_entries(buffer);
@@ -456,7 +573,25 @@ impl Peer {
             Phase::AcceptPersisting => self.learner_try_ack_epoch(),
             Phase::NewLeaderPersisting => self.learner_try_ack_new_leader(),
             Phase::Synced | Phase::UpToDate => self.learner_maybe_ack(),
-            Phase::Connecting | Phase::AwaitSync | Phase::Syncing => {}
+            Phase::Syncing => self.learner_snap_progress(),
+            Phase::Connecting | Phase::AwaitSync => {}
+        }
+    }
+
+    /// SNAP flow control: tells the leader how much of the file is stored, and
+    /// takes up a NEWLEADER that waited for the install.
+    fn learner_snap_progress(&mut self) {
+        if let Some(r) = self.fl_ref().snap {
+            if r.stored > r.acked {
+                if let Some(s) = self.fl().snap.as_mut() {
+                    s.acked = r.stored;
+                }
+                self.send_leader(SessionMsg::SnapAck { received: r.stored });
+            }
+            return;
+        }
+        if let Some(epoch) = self.fl().pending_new_leader.take() {
+            self.learner_on_new_leader(epoch);
         }
     }
 
@@ -512,6 +647,10 @@ impl Peer {
     }
 
     pub(super) fn learner_leave(&mut self, f: Learner) {
+        if f.snap.is_some_and(|r| !r.installing) {
+            // An interrupted SNAP: its partial file goes; nothing else changed.
+            self.issue(StorageCmd::AbortSnapshot, Effect::Marker);
+        }
         for id in f
             .syncs_sent
             .iter()

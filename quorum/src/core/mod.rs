@@ -54,6 +54,58 @@ impl Tick {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct OpId(pub u64);
 
+/// A durable snapshot as the core knows it: the history it holds and how to
+/// recognise its file. The bytes stay in storage (a file of `rzk-wal`'s format;
+/// memory in tests and the simulator): the core never holds them, and a SNAP
+/// sync streams them from storage to storage in bounded chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct SnapshotRef {
+    /// The last transaction the snapshot includes. `Zxid::ZERO` with size 0 is
+    /// the empty state (no snapshot yet).
+    pub zxid: Zxid,
+    /// The size of the snapshot's file: what a learner receives.
+    pub size_bytes: u64,
+    /// The storage's checksum of the file (`rzk-wal`: its CRC32C), which the
+    /// learner's storage checks the received file against.
+    pub crc: u32,
+}
+
+impl SnapshotRef {
+    /// The empty state of a new peer.
+    pub const EMPTY: SnapshotRef = SnapshotRef {
+        zxid: Zxid::ZERO,
+        size_bytes: 0,
+        crc: 0,
+    };
+}
+
+/// Identifies one read the core asked of storage ([`Output::Read`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ReadId(pub u64);
+
+/// A read of durable storage, served by the driver off the protocol loop and
+/// answered with [`Input::ReadDone`]. Reads may complete in any order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadCmd {
+    /// Raw bytes of a durable snapshot's file, from `offset`, at most `len`:
+    /// the leader's side of a SNAP sync.
+    SnapshotChunk {
+        /// The snapshot.
+        snapshot: SnapshotRef,
+        /// Where in its file.
+        offset: u64,
+        /// How many bytes (fewer only at the end of the file).
+        len: usize,
+    },
+}
+
+/// What a read returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadData {
+    /// The bytes of a [`ReadCmd::SnapshotChunk`].
+    SnapshotChunk(Bytes),
+}
+
 /// A peer's persisted epochs (zab-protocol.md §1.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Epochs {
@@ -80,14 +132,25 @@ pub enum StorageCmd {
     Append(Vec<Entry>),
     /// Remove every log entry after `zxid`.
     TruncateAfter(Zxid),
-    /// Durably store a snapshot at `zxid` and make the log start right after it
-    /// (older entries are discarded). Atomic.
-    InstallSnapshot {
-        /// The snapshot's last transaction.
-        zxid: Zxid,
-        /// The state machine bytes.
+    /// Start receiving the leader's snapshot file announced as `SnapshotRef`
+    /// (SNAP sync). Nothing the peer holds changes before
+    /// [`StorageCmd::InstallSnapshot`].
+    ReceiveSnapshot(SnapshotRef),
+    /// The next bytes of the snapshot file being received (contiguous).
+    SnapshotChunk {
+        /// Where in the file.
+        offset: u64,
+        /// The bytes.
         data: Bytes,
     },
+    /// Verify the received file against its announced size and checksum and
+    /// install it durably: the log starts right after it (older entries are
+    /// discarded). Atomic, and only under a SNAP sync marker. A file that does
+    /// not verify is refused ([`Input::StorageRefused`]) and changes nothing
+    /// (I2). The empty snapshot (size 0) installs the empty state.
+    InstallSnapshot(SnapshotRef),
+    /// Drop the snapshot file being received (an interrupted SNAP).
+    AbortSnapshot,
     /// Persist acceptedEpoch / currentEpoch (atomically).
     SaveEpochs(Epochs),
     /// Set the sync-in-progress marker, before a learner sync changes anything.
@@ -120,7 +183,7 @@ pub struct Recovered {
     /// Persisted epochs.
     pub epochs: Epochs,
     /// The newest valid snapshot, if any.
-    pub snapshot: Option<(Zxid, Bytes)>,
+    pub snapshot: Option<SnapshotRef>,
     /// The durable log entries (those at or below the snapshot are ignored).
     pub log: Vec<Entry>,
     /// Whether a sync was in progress when the peer stopped.
@@ -171,6 +234,12 @@ pub struct Config {
     /// How many log entries at or below the latest snapshot are kept in memory for
     /// DIFF synchronisation; a learner further behind gets SNAP.
     pub log_retained_below_snapshot_max: usize,
+    /// Largest chunk of a snapshot file in one SNAP message.
+    pub snap_chunk_bytes_max: usize,
+    /// Snapshot bytes a leader has read or sent to one learner and the learner
+    /// has not yet acknowledged as stored: bounds the memory a SNAP sync takes
+    /// on both sides, whatever the snapshot's size.
+    pub snap_in_flight_bytes_max: u64,
     /// Set by the driver, different at every start (for example a boot counter);
     /// makes session ids unique across restarts.
     pub incarnation: u64,
@@ -194,6 +263,8 @@ impl Config {
             batch_entries_max: 512,
             proposal_bytes_max: 1 << 20,
             log_retained_below_snapshot_max: 500,
+            snap_chunk_bytes_max: 1 << 20,
+            snap_in_flight_bytes_max: 8 << 20,
             incarnation: 0,
             test_bugs: TestBugs::default(),
         }
@@ -241,12 +312,26 @@ pub enum Input {
     /// A learner sends it on its session once it is up to date; the leader hands
     /// its own straight back as [`Output::Forwarded`]; any other peer drops it.
     Forward(Bytes),
-    /// The state machine's snapshot at `zxid` is durable in storage.
+    /// A snapshot of the state machine is durable in storage (and served to
+    /// learners that need SNAP from now on).
     SnapshotSaved {
-        /// The snapshot's last transaction.
-        zxid: Zxid,
-        /// Its bytes (kept to serve SNAP synchronisations).
-        data: Bytes,
+        /// The snapshot.
+        snapshot: SnapshotRef,
+    },
+    /// A read asked with [`Output::Read`] is done.
+    ReadDone {
+        /// The read.
+        id: ReadId,
+        /// Its data, or why storage could not read it.
+        result: Result<ReadData, String>,
+    },
+    /// Storage refused command `op` because of what it was given (a received
+    /// snapshot that does not verify), and changed nothing. Every command
+    /// before it is complete. Storage failures are not refusals: they stop the
+    /// peer.
+    StorageRefused {
+        /// The refused command.
+        op: OpId,
     },
 }
 
@@ -267,12 +352,18 @@ pub enum Output {
         /// The command.
         cmd: StorageCmd,
     },
-    /// Replace the state machine's state with this snapshot.
+    /// Replace the state machine's state with this durable snapshot (storage
+    /// gives its bytes to the state machine).
     ApplySnapshot {
-        /// The snapshot's last transaction.
-        zxid: Zxid,
-        /// The bytes.
-        data: Bytes,
+        /// The snapshot.
+        snapshot: SnapshotRef,
+    },
+    /// Read from storage, off the protocol loop; answer with [`Input::ReadDone`].
+    Read {
+        /// The read's id.
+        id: ReadId,
+        /// What to read.
+        cmd: ReadCmd,
     },
     /// Apply these committed, durable transactions, in order.
     Apply(Vec<Entry>),
@@ -376,6 +467,9 @@ pub enum Refusal {
     },
     /// A vote for a server that is not a voter.
     UnknownVoter(PeerId),
+    /// A snapshot file received from the leader that does not verify (size,
+    /// zxid or checksum): nothing of it was installed.
+    BadSnapshot,
 }
 
 impl std::fmt::Display for Refusal {
@@ -398,6 +492,7 @@ impl std::fmt::Display for Refusal {
                 write!(f, "{zxid} does not fit the session's stream")
             }
             Refusal::UnknownVoter(p) => write!(f, "a vote for server {}, not a voter", p.0),
+            Refusal::BadSnapshot => write!(f, "the snapshot received does not verify"),
         }
     }
 }
@@ -433,15 +528,30 @@ enum Effect {
     Truncate {
         after: Zxid,
     },
+    /// A SNAP install of learner session `session`.
     Snapshot {
-        zxid: Zxid,
-        data: Bytes,
+        snapshot: SnapshotRef,
+        session: SessionId,
+    },
+    /// A received snapshot chunk of learner session `session` is stored up to
+    /// `end`.
+    SnapChunk {
+        end: u64,
+        session: SessionId,
     },
     Epochs {
         epochs: Epochs,
         fence: Option<Zxid>,
     },
     Marker,
+}
+
+/// A snapshot chunk read for a learner's SNAP sync.
+#[derive(Clone, Copy, Debug)]
+struct SnapRead {
+    peer: PeerId,
+    session: SessionId,
+    offset: u64,
 }
 
 /// What storage has confirmed durable.
@@ -469,8 +579,8 @@ pub struct Peer {
     durable: Durable,
     /// The epochs of the last `SaveEpochs` emitted (durable or not yet).
     written_epochs: Epochs,
-    /// The newest durable snapshot; `(ZERO, empty)` stands for the empty state.
-    snapshot: (Zxid, Bytes),
+    /// The newest durable snapshot ([`SnapshotRef::EMPTY`] for the empty state).
+    snapshot: SnapshotRef,
     /// In-memory window of the log: entries after `log_base`, including those
     /// emitted for writing but not yet durable. Contiguous (`Zxid::is_next`).
     log: VecDeque<Entry>,
@@ -500,6 +610,9 @@ pub struct Peer {
     /// The last stale session reported per peer: a deposed leader's queued
     /// messages are reported once, not one line each.
     stale_reported: BTreeMap<PeerId, SessionId>,
+    /// Reads asked of storage and not yet answered: SNAP chunks for a learner.
+    reads: BTreeMap<ReadId, SnapRead>,
+    next_read: u64,
     /// Elections started since this peer began.
     elections: u64,
     state: State,
@@ -521,10 +634,10 @@ impl Peer {
                 rec.epochs.current, rec.epochs.accepted
             )));
         }
-        let snapshot = rec.snapshot.unwrap_or((Zxid::ZERO, Bytes::new()));
+        let snapshot = rec.snapshot.unwrap_or(SnapshotRef::EMPTY);
         let mut log = VecDeque::new();
-        let mut prev = snapshot.0;
-        for e in rec.log.into_iter().filter(|e| e.zxid > snapshot.0) {
+        let mut prev = snapshot.zxid;
+        for e in rec.log.into_iter().filter(|e| e.zxid > snapshot.zxid) {
             if !e.zxid.is_next(prev) {
                 return Err(CoreError::RecoveredLogGap { prev, next: e.zxid });
             }
@@ -551,13 +664,13 @@ impl Peer {
             durable,
             written_epochs: rec.epochs,
             log,
-            log_base: snapshot.0,
+            log_base: snapshot.zxid,
             blocked: VecDeque::new(),
             gate: None,
             ops: VecDeque::new(),
             next_op: 1,
-            commit_known: snapshot.0,
-            applied: snapshot.0,
+            commit_known: snapshot.zxid,
+            applied: snapshot.zxid,
             apply_enabled: false,
             round: 0,
             sync_counts: [0; 3],
@@ -566,21 +679,20 @@ impl Peer {
             stale_reported: BTreeMap::new(),
             elections: 0,
             state: State::Looking(Election::placeholder()),
-            snapshot: snapshot.clone(),
+            snapshot,
+            reads: BTreeMap::new(),
+            next_read: 1,
             cfg,
         };
         // I2: the state machine starts from the durable snapshot only. The log
         // after it is applied once it is known committed (at UPTODATE or when this
         // peer's leadership is established), because an uncommitted tail may
         // still be truncated by the next leader.
-        peer.out.push(Output::ApplySnapshot {
-            zxid: snapshot.0,
-            data: snapshot.1,
-        });
+        peer.out.push(Output::ApplySnapshot { snapshot });
         peer.recompute_gate();
         // A SNAP install interrupted before its currentEpoch was written (see
         // `raise_current_to_snapshot`) is completed here.
-        peer.raise_current_to_snapshot(snapshot.0);
+        peer.raise_current_to_snapshot(snapshot.zxid);
         if rec.sync_in_progress {
             // The last sync was interrupted. Everything this peer will advertise
             // comes from the log just recovered (a prefix of that leader's
@@ -605,7 +717,9 @@ impl Peer {
             Input::StorageDone { op } => self.on_storage_done(op),
             Input::PeerDisconnected { peer } => self.on_peer_disconnected(peer),
             Input::Forward(payload) => self.on_forward(payload),
-            Input::SnapshotSaved { zxid, data } => self.on_snapshot_saved(zxid, data),
+            Input::SnapshotSaved { snapshot } => self.on_snapshot_saved(snapshot),
+            Input::ReadDone { id, result } => self.on_read_done(id, result),
+            Input::StorageRefused { op } => self.on_storage_refused(op),
         }
         std::mem::take(&mut self.out)
     }
@@ -776,6 +890,45 @@ impl Peer {
         );
     }
 
+    /// Asks storage for a read; `for_snap` says what it is for.
+    fn issue_read(&mut self, for_snap: SnapRead, cmd: ReadCmd) {
+        let id = ReadId(self.next_read);
+        self.next_read += 1;
+        self.reads.insert(id, for_snap);
+        self.out.push(Output::Read { id, cmd });
+    }
+
+    fn on_read_done(&mut self, id: ReadId, result: Result<ReadData, String>) {
+        let Some(read) = self.reads.remove(&id) else {
+            return;
+        };
+        if let State::Leading(_) = self.state {
+            self.leader_on_snap_read(read, result);
+        }
+        // Otherwise the transfer it was for ended with this peer's leadership.
+    }
+
+    /// Storage refused `op` (a received snapshot that does not verify): every
+    /// command before it is done, `op` changed nothing.
+    fn on_storage_refused(&mut self, op: OpId) {
+        self.on_storage_done(OpId(op.0.saturating_sub(1)));
+        let session = match self.ops.pop_front() {
+            Some((id, Effect::Snapshot { session, .. } | Effect::SnapChunk { session, .. }))
+                if id == op =>
+            {
+                session
+            }
+            // Storage refuses only the commands of a snapshot being received;
+            // anything else is a broken storage contract.
+            other => panic!("storage refused {op:?}; the next command is {other:?}"),
+        };
+        if let State::Following(f) = &self.state {
+            if f.session() == session {
+                self.learner_on_snapshot_refused();
+            }
+        }
+    }
+
     fn on_storage_done(&mut self, op: OpId) {
         while let Some((id, _)) = self.ops.front() {
             if *id > op {
@@ -799,14 +952,30 @@ impl Peer {
                 self.durable.last = self.durable.last.min(after);
                 self.durable.ackable = self.durable.ackable.min(after);
             }
-            Effect::Snapshot { zxid, data } => {
+            Effect::Snapshot { snapshot, session } => {
+                let zxid = snapshot.zxid;
+                // The log starts after the snapshot now, in storage and here:
+                // memory changes only once the install is durable, so a refused
+                // or interrupted install leaves it as the disk is (I2).
+                self.log.clear();
+                self.log_base = zxid;
+                self.gate = None;
                 self.durable.last = zxid;
                 self.durable.ackable = zxid;
-                self.snapshot = (zxid, data.clone());
+                self.snapshot = snapshot;
                 // I2: the state machine sees the snapshot only once it is durable.
                 self.applied = zxid;
-                self.out.push(Output::ApplySnapshot { zxid, data });
+                self.out.push(Output::ApplySnapshot { snapshot });
+                // A snapshot holds committed history only, so it holds the
+                // initial history of its own epoch: currentEpoch may rise to it
+                // now that it is durable. Left behind, a peer holding committed
+                // txns of that epoch would lose votes to a peer of that epoch
+                // with fewer of them, which would then cut them away (found in
+                // simulation: a SNAP past a rollover).
+                self.raise_current_to_snapshot(zxid);
+                self.learner_snap_installed(session);
             }
+            Effect::SnapChunk { end, session } => self.learner_snap_stored(session, end),
             Effect::Epochs { epochs, fence } => {
                 self.durable.epochs = epochs;
                 if let Some(r) = fence {
@@ -1026,11 +1195,12 @@ impl Peer {
         }
     }
 
-    fn on_snapshot_saved(&mut self, zxid: Zxid, data: Bytes) {
-        if zxid <= self.snapshot.0 || zxid > self.applied {
+    fn on_snapshot_saved(&mut self, snapshot: SnapshotRef) {
+        let zxid = snapshot.zxid;
+        if zxid <= self.snapshot.zxid || zxid > self.applied {
             return;
         }
-        self.snapshot = (zxid, data);
+        self.snapshot = snapshot;
         // Keep a bounded window below the snapshot for DIFF; older peers get SNAP.
         let below = self.log.partition_point(|e| e.zxid <= zxid);
         let drop = below.saturating_sub(self.cfg.log_retained_below_snapshot_max);

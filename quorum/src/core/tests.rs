@@ -332,7 +332,7 @@ fn interrupted_trunc_sync_discards_memory_state() {
 fn trunc_below_the_commit_point_is_refused() {
     let log = vec![entry(1, 1), entry(1, 2)];
     let mut rec = recovered(log, 1, 1);
-    rec.snapshot = Some((z(1, 1), Bytes::new()));
+    rec.snapshot = Some(snap_ref(z(1, 1), 1));
     let (mut p, session) = follower(cfg(1), rec);
     let mut s = Stream { session, seq: 0 };
     let out = p.step(
@@ -858,22 +858,40 @@ fn followerinfo_parked_while_looking_is_refused_when_following_another() {
     );
 }
 
-/// Found in simulation (seed 572, 3 peers): a learner installed a SNAP whose
-/// snapshot lies past a rollover, in an epoch above the one its leader had
-/// offered; it kept the older currentEpoch while holding committed txns of the
-/// newer epoch, lost the next election to a peer of that epoch with fewer of
-/// them, and had them cut away (CommittedLogDurability).
+fn snap_ref(zxid: Zxid, size_bytes: u64) -> SnapshotRef {
+    SnapshotRef {
+        zxid,
+        size_bytes,
+        crc: 0xc0ffee,
+    }
+}
+
+fn snap_msg(r: SnapshotRef) -> SessionMsg {
+    SessionMsg::Snap {
+        zxid: r.zxid,
+        size_bytes: r.size_bytes,
+        crc: r.crc,
+    }
+}
+
+fn chunk(offset: u64, data: &'static [u8]) -> SessionMsg {
+    SessionMsg::SnapChunk {
+        offset,
+        data: Bytes::from_static(data),
+    }
+}
+
+/// A learner receiving SNAP (here past a rollover, found in simulation: seed
+/// 572) streams the file into storage chunk by chunk, acknowledges what storage
+/// took (flow control), installs it after the last chunk, and switches its log,
+/// its state machine and currentEpoch only once the install is durable. A
+/// NEWLEADER that comes before that waits for it.
 #[test]
-fn snap_past_a_rollover_raises_current_epoch_after_the_install() {
-    let (mut p, mut s) = synced_up_to_ackepoch(vec![], 2);
-    let data = Bytes::from_static(b"state");
-    let out = p.step(
-        Tick(4),
-        s.msg(SessionMsg::Snap {
-            zxid: z(3, 4),
-            data: data.clone(),
-        }),
-    );
+fn snap_streams_into_storage_and_takes_effect_once_installed() {
+    let (mut p, mut s) = synced_up_to_ackepoch(vec![entry(1, 1)], 2);
+    let session = s.session;
+    let r = snap_ref(z(3, 4), 10);
+    let out = p.step(Tick(4), s.msg(snap_msg(r)));
     let accepted = Epochs {
         accepted: Epoch(3),
         accepted_from: Some(L),
@@ -890,21 +908,289 @@ fn snap_past_a_rollover_raises_current_epoch_after_the_install() {
                 }
             ),
             storage(3, StorageCmd::SaveEpochs(accepted)),
+            storage(4, StorageCmd::ReceiveSnapshot(r)),
+        ]
+    );
+    let out = p.step(Tick(5), s.msg(chunk(0, b"012345")));
+    assert_eq!(
+        out,
+        vec![storage(
+            5,
+            StorageCmd::SnapshotChunk {
+                offset: 0,
+                data: Bytes::from_static(b"012345"),
+            }
+        )]
+    );
+    let out = p.step(Tick(6), Input::StorageDone { op: OpId(5) });
+    assert_eq!(
+        out,
+        vec![to_leader(session, 2, SessionMsg::SnapAck { received: 6 })]
+    );
+    let out = p.step(Tick(7), s.msg(chunk(6, b"6789")));
+    assert_eq!(
+        out,
+        vec![
             storage(
-                4,
-                StorageCmd::InstallSnapshot {
-                    zxid: z(3, 4),
-                    data
+                6,
+                StorageCmd::SnapshotChunk {
+                    offset: 6,
+                    data: Bytes::from_static(b"6789"),
                 }
             ),
-            storage(
-                5,
-                StorageCmd::SaveEpochs(Epochs {
-                    current: Epoch(3),
-                    ..accepted
-                })
-            ),
+            storage(7, StorageCmd::InstallSnapshot(r)),
         ]
+    );
+    assert_eq!(
+        p.last_durable_zxid(),
+        z(1, 1),
+        "the old log is what the disk holds until the install"
+    );
+    let held = p.step(
+        Tick(8),
+        s.msg(SessionMsg::Proposal {
+            entries: vec![entry(3, 5)],
+        }),
+    );
+    assert_eq!(held, vec![]);
+    assert_eq!(
+        p.step(Tick(8), s.msg(SessionMsg::NewLeader { epoch: Epoch(2) })),
+        vec![],
+        "NEWLEADER waits for the install"
+    );
+    let out = p.step(Tick(9), Input::StorageDone { op: OpId(7) });
+    let current = Epochs {
+        current: Epoch(3),
+        ..accepted
+    };
+    assert_eq!(
+        out,
+        vec![
+            Output::ApplySnapshot { snapshot: r },
+            // A snapshot holds committed history only: currentEpoch rises to
+            // its epoch once it is durable.
+            storage(8, StorageCmd::SaveEpochs(current)),
+            // The NEWLEADER that waited: the proposals after the snapshot, then
+            // the epoch and the end of the sync.
+            storage(9, StorageCmd::Append(vec![entry(3, 5)])),
+            storage(10, StorageCmd::SaveEpochs(current)),
+            storage(11, StorageCmd::EndSync),
+        ]
+    );
+    assert_eq!(p.last_durable_zxid(), z(3, 4));
+    let out = p.step(Tick(10), Input::StorageDone { op: OpId(11) });
+    assert_eq!(
+        out,
+        vec![
+            to_leader(session, 3, SessionMsg::AckNewLeader { epoch: Epoch(2) }),
+            to_leader(session, 4, SessionMsg::Ack { upto: z(3, 5) }),
+        ]
+    );
+}
+
+/// I2: a received snapshot that does not verify is refused by storage and
+/// changes nothing; the learner reports it, leaves the session, and votes with
+/// the history it had.
+#[test]
+fn a_snapshot_that_does_not_verify_is_refused_and_changes_nothing() {
+    let (mut p, mut s) = synced_up_to_ackepoch(vec![entry(1, 1)], 2);
+    let r = snap_ref(z(1, 7), 4);
+    p.step(Tick(4), s.msg(snap_msg(r)));
+    let out = p.step(Tick(5), s.msg(chunk(0, b"bad!")));
+    assert_eq!(out[1], storage(5, StorageCmd::InstallSnapshot(r)));
+    let out = p.step(Tick(6), Input::StorageRefused { op: OpId(5) });
+    let vote = |to| {
+        send(
+            to,
+            Message::Notification(Notification {
+                state: PeerState::Looking,
+                vote: Vote {
+                    leader: PeerId(1),
+                    zxid: z(1, 1),
+                    peer_epoch: Epoch(1),
+                },
+                round: 2,
+            }),
+        )
+    };
+    assert_eq!(
+        out,
+        vec![
+            // The chunk before it was stored.
+            to_leader(s.session, 2, SessionMsg::SnapAck { received: 4 }),
+            Output::Refused {
+                peer: L,
+                msg: "SNAP",
+                reason: Refusal::BadSnapshot,
+            },
+            Output::RoleChanged {
+                role: Role::Looking,
+                leader: None,
+                epoch: Epoch(1),
+            },
+            vote(2),
+            vote(3),
+        ]
+    );
+    assert_eq!(p.last_durable_zxid(), z(1, 1));
+}
+
+/// An interrupted SNAP drops its partial file; nothing else changes.
+#[test]
+fn an_interrupted_snap_aborts_its_file() {
+    let (mut p, mut s) = synced_up_to_ackepoch(vec![entry(1, 1)], 2);
+    p.step(Tick(4), s.msg(snap_msg(snap_ref(z(1, 7), 10))));
+    p.step(Tick(5), s.msg(chunk(0, b"01234")));
+    let out = p.step(Tick(6), Input::PeerDisconnected { peer: L });
+    assert_eq!(out[0], storage(5, StorageCmd::AbortSnapshot), "{out:?}");
+    assert!(matches!(
+        out[1],
+        Output::RoleChanged {
+            role: Role::Looking,
+            ..
+        }
+    ));
+    assert_eq!(p.last_durable_zxid(), z(1, 1));
+}
+
+/// The leader streams its snapshot file: reads from storage at most
+/// `snap_in_flight_bytes_max` ahead of what the learner stored, chunks sent in
+/// file order whatever order the reads complete in, and the rest of the sync
+/// (what follows the snapshot, NEWLEADER) after the last chunk.
+#[test]
+fn leader_streams_a_snapshot_within_its_in_flight_limit() {
+    let mut c = cfg(1);
+    c.snap_chunk_bytes_max = 4;
+    c.snap_in_flight_bytes_max = 8;
+    let r = snap_ref(z(1, 5), 10);
+    let mut rec = recovered(vec![], 1, 1);
+    rec.snapshot = Some(r);
+    let (mut p, _) = Peer::new(c, rec, Tick(0)).expect("starts");
+    // Peer 2 holds the same history: leader 1 is established with it.
+    p.step(Tick(1), from(2, looking_vote(1)));
+    p.step(Tick(2), from(2, session(20, 0, follower_info(1))));
+    p.step(Tick(3), Input::StorageDone { op: OpId(1) });
+    let ack_epoch = |last| SessionMsg::AckEpoch {
+        current_epoch: Epoch(1),
+        last_zxid: last,
+        epoch_ends: vec![last],
+    };
+    p.step(Tick(4), from(2, session(20, 1, ack_epoch(z(1, 5)))));
+    p.step(Tick(5), Input::StorageDone { op: OpId(2) });
+    let ack = SessionMsg::AckNewLeader { epoch: Epoch(2) };
+    p.step(Tick(6), from(2, session(20, 2, ack)));
+    assert_eq!(p.role(), Role::Leader);
+    // Peer 3 has nothing: it gets SNAP.
+    p.step(Tick(7), from(3, session(30, 0, follower_info(1))));
+    let out = p.step(Tick(8), from(3, session(30, 1, ack_epoch(Zxid::ZERO))));
+    let read = |id, offset, len| Output::Read {
+        id: ReadId(id),
+        cmd: ReadCmd::SnapshotChunk {
+            snapshot: r,
+            offset,
+            len,
+        },
+    };
+    assert_eq!(
+        out,
+        vec![
+            send(3, session(30, 1, snap_msg(r))),
+            read(1, 0, 4),
+            read(2, 4, 4)
+        ],
+        "8 bytes in flight at most"
+    );
+    let data = |b: &'static [u8]| Ok(ReadData::SnapshotChunk(Bytes::from_static(b)));
+    assert_eq!(
+        p.step(
+            Tick(9),
+            Input::ReadDone {
+                id: ReadId(2),
+                result: data(b"4567")
+            }
+        ),
+        vec![],
+        "the second chunk waits for the first"
+    );
+    let out = p.step(
+        Tick(9),
+        Input::ReadDone {
+            id: ReadId(1),
+            result: data(b"0123"),
+        },
+    );
+    assert_eq!(
+        out,
+        vec![
+            send(3, session(30, 2, chunk(0, b"0123"))),
+            send(3, session(30, 3, chunk(4, b"4567"))),
+        ]
+    );
+    let out = p.step(
+        Tick(10),
+        from(3, session(30, 2, SessionMsg::SnapAck { received: 4 })),
+    );
+    assert_eq!(out, vec![read(3, 8, 2)]);
+    let out = p.step(
+        Tick(11),
+        Input::ReadDone {
+            id: ReadId(3),
+            result: data(b"89"),
+        },
+    );
+    assert_eq!(
+        out,
+        vec![
+            send(3, session(30, 4, chunk(8, b"89"))),
+            send(3, session(30, 5, SessionMsg::Commit { upto: z(1, 5) })),
+            send(3, session(30, 6, SessionMsg::NewLeader { epoch: Epoch(2) })),
+        ],
+        "the rest of the sync follows the last chunk"
+    );
+}
+
+/// A learner that acknowledges more than was sent is refused.
+#[test]
+fn a_snap_ack_beyond_what_was_sent_is_refused() {
+    let mut c = cfg(1);
+    c.snap_chunk_bytes_max = 4;
+    let mut rec = recovered(vec![], 1, 1);
+    rec.snapshot = Some(snap_ref(z(1, 5), 10));
+    let (mut p, _) = Peer::new(c, rec, Tick(0)).expect("starts");
+    p.step(Tick(1), from(2, looking_vote(1)));
+    p.step(Tick(2), from(2, session(20, 0, follower_info(1))));
+    p.step(Tick(3), Input::StorageDone { op: OpId(1) });
+    let ack_epoch = SessionMsg::AckEpoch {
+        current_epoch: Epoch(1),
+        last_zxid: Zxid::ZERO,
+        epoch_ends: vec![Zxid::ZERO],
+    };
+    p.step(Tick(4), from(2, session(20, 1, ack_epoch)));
+    let out = p.step(Tick(5), Input::StorageDone { op: OpId(2) });
+    assert!(
+        matches!(
+            out[0],
+            Output::Send {
+                msg: Message::Session {
+                    msg: SessionMsg::Snap { .. },
+                    ..
+                },
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    let out = p.step(
+        Tick(6),
+        from(2, session(20, 2, SessionMsg::SnapAck { received: 9 })),
+    );
+    assert_eq!(
+        out[0],
+        Output::Refused {
+            peer: PeerId(2),
+            msg: "SNAPACK",
+            reason: Refusal::Unexpected,
+        }
     );
 }
 
@@ -913,7 +1199,7 @@ fn snap_past_a_rollover_raises_current_epoch_after_the_install() {
 #[test]
 fn recovered_snapshot_above_current_epoch_raises_it() {
     let mut rec = recovered(vec![], 3, 1);
-    rec.snapshot = Some((z(3, 4), Bytes::from_static(b"state")));
+    rec.snapshot = Some(snap_ref(z(3, 4), 5));
     let (_, out) = Peer::new(cfg(1), rec, Tick(0)).expect("starts");
     assert_eq!(
         out[1],

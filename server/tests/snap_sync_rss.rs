@@ -1,0 +1,275 @@
+//! Issue 11 item 6: a follower joins, by SNAP, a leader holding 1M znodes of
+//! 128 B (about 200 MB of state), with real `rzk` processes. The leader streams
+//! its snapshot file in bounded chunks and the follower writes them to a file
+//! and loads its tree while reading that file, so neither side holds the state
+//! twice more in memory. This measurement prints the peak RSS of both during
+//! the sync (run by hand, release build, about two minutes):
+//!
+//! `cargo test -p rzk-server --release --test snap_sync_rss -- --ignored --nocapture`
+//!
+//! `RZK_SNAP_ZNODES` sets the number of znodes (default 1,000,000).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::stream::{self, StreamExt};
+use zookeeper_client as zk;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Member {
+    client_port: u16,
+    cfg: PathBuf,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Member {
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("rzk.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_rzk"))
+            .arg(&self.cfg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    /// A field of /proc/<pid>/status in KiB (VmRSS, VmHWM).
+    fn status_kib(&self, field: &str) -> u64 {
+        let pid = self.child.as_ref().expect("running").id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("rzk.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn members(root: &Path) -> Vec<Member> {
+    let ports: Vec<(u16, u16, u16)> = (0..3)
+        .map(|_| (free_port(), free_port(), free_port()))
+        .collect();
+    let servers: String = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (c, q, e))| format!("server.{}=127.0.0.1:{q}:{e};127.0.0.1:{c}\n", i + 1))
+        .collect();
+    ports
+        .iter()
+        .enumerate()
+        .map(|(i, (c, _, _))| {
+            let dir = root.join(format!("m{}", i + 1));
+            std::fs::create_dir_all(dir.join("data")).unwrap();
+            std::fs::write(dir.join("data").join("myid"), format!("{}\n", i + 1)).unwrap();
+            let cfg = dir.join("zoo.cfg");
+            std::fs::write(
+                &cfg,
+                format!(
+                    "tickTime=500\ninitLimit=60\nsyncLimit=20\n\
+                     dataDir={}\nclientPort={c}\nclientPortAddress=127.0.0.1\n\
+                     maxClientCnxns=0\n4lw.commands.whitelist=*\nadmin.enableServer=false\n\
+                     snapCount=400000\n{servers}",
+                    dir.join("data").display()
+                ),
+            )
+            .unwrap();
+            Member {
+                client_port: *c,
+                cfg,
+                dir,
+                child: None,
+            }
+        })
+        .collect()
+}
+
+async fn four_letter(m: &Member, word: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let attempt = async {
+        let mut s = tokio::net::TcpStream::connect(m.addr()).await.ok()?;
+        s.write_all(word.as_bytes()).await.ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.ok()?;
+        Some(out)
+    };
+    tokio::time::timeout(Duration::from_secs(5), attempt)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+fn field<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .map(str::trim)
+}
+
+/// Waits until `m` reports `mode`, up to `within`.
+async fn wait_mode(m: &Member, mode: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        if field(&four_letter(m, "srvr").await, "Mode:") == Some(mode) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not {mode} within {within:?}; log tail:\n{}",
+            m.log()
+                .lines()
+                .rev()
+                .take(20)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement: run by hand, see the crate doc"]
+async fn snap_sync_of_a_million_znodes_peak_rss() {
+    let znodes: usize = std::env::var("RZK_SNAP_ZNODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let root = tempfile::tempdir().unwrap();
+    let mut ms = members(root.path());
+    // Two of three members form the quorum; the third joins later, empty.
+    ms[0].spawn();
+    ms[1].spawn();
+    let leader = tokio::select! {
+        _ = wait_mode(&ms[0], "leader", Duration::from_secs(60)) => 0,
+        _ = wait_mode(&ms[1], "leader", Duration::from_secs(60)) => 1,
+    };
+
+    let t = Instant::now();
+    let client = zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(30))
+        .connect(&ms[leader].addr())
+        .await
+        .expect("connect");
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let parents = znodes.div_ceil(1000);
+    for p in 0..parents {
+        client.create(&format!("/p{p}"), b"", &open).await.unwrap();
+    }
+    let data = [b'x'; 128];
+    let mut created = stream::iter(0..znodes)
+        .map(|i| {
+            let c = client.clone();
+            let open = &open;
+            let data = &data;
+            async move {
+                c.create(&format!("/p{}/n{}", i / 1000, i % 1000), data, open)
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .buffer_unordered(256);
+    let mut n = 0usize;
+    while let Some(r) = created.next().await {
+        r.expect("create");
+        n += 1;
+    }
+    drop(created);
+    assert_eq!(n, znodes);
+    let mntr = four_letter(&ms[leader], "mntr").await;
+    let count: usize = field(&mntr, "zk_znode_count").unwrap().parse().unwrap();
+    assert!(count > znodes, "{count} znodes");
+    println!(
+        "loaded {znodes} znodes of 128 B in {:.1} s; the leader holds {count}",
+        t.elapsed().as_secs_f64()
+    );
+    let zxid = field(&four_letter(&ms[leader], "srvr").await, "Zxid:")
+        .unwrap()
+        .to_owned();
+    let snap_bytes: u64 = std::fs::read_dir(ms[leader].dir.join("data").join("snap"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0);
+    let leader_rss_before = ms[leader].status_kib("VmRSS");
+    let leader_hwm_before = ms[leader].status_kib("VmHWM");
+
+    // The third member starts empty and must sync by SNAP: sample both
+    // processes' RSS until it follows with the leader's zxid.
+    let t = Instant::now();
+    ms[2].spawn();
+    let (mut leader_max, mut follower_max) = (0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        leader_max = leader_max.max(ms[leader].status_kib("VmRSS"));
+        follower_max = follower_max.max(ms[2].status_kib("VmRSS"));
+        let srvr = four_letter(&ms[2], "srvr").await;
+        if field(&srvr, "Mode:") == Some("follower") && field(&srvr, "Zxid:") == Some(&zxid) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the third member did not sync");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = t.elapsed();
+    let mntr = four_letter(&ms[2], "mntr").await;
+    let follower_count: usize = field(&mntr, "zk_znode_count").unwrap().parse().unwrap();
+    assert_eq!(follower_count, count, "the follower holds every znode");
+    assert!(
+        ms[2].log().contains("snapshot loaded"),
+        "the follower loaded a snapshot (SNAP)"
+    );
+    let mib = |k: u64| k as f64 / 1024.0;
+    println!(
+        "leader snapshot file {:.1} MiB; the third member synced by SNAP in {:.1} s",
+        snap_bytes as f64 / (1 << 20) as f64,
+        took.as_secs_f64()
+    );
+    println!(
+        "leader: RSS {:.0} MiB before the sync, at most {:.0} MiB during it (sampled every 20 ms); \
+         VmHWM {:.0} MiB before, {:.0} MiB after",
+        mib(leader_rss_before),
+        mib(leader_max),
+        mib(leader_hwm_before),
+        mib(ms[leader].status_kib("VmHWM"))
+    );
+    println!(
+        "follower: RSS at most {:.0} MiB during the sync (sampled), {:.0} MiB after; VmHWM {:.0} MiB",
+        mib(follower_max),
+        mib(ms[2].status_kib("VmRSS")),
+        mib(ms[2].status_kib("VmHWM"))
+    );
+    drop(client);
+}
