@@ -3,7 +3,7 @@
 # (use_ssl=True) and zkCli.sh (Netty client socket, zookeeper.client.secure=true), against
 # Apache ZooKeeper 3.8 as the reference and against rzk (interop/ops/); rzk's /metrics
 # read by Prometheus's Python parser; the AdminServer's JSON keys against ZooKeeper's;
-# rzk's dumps of a data dir ZooKeeper wrote.
+# rzk's dumps of a data dir ZooKeeper wrote, and its import.
 # Installs what it needs on a fresh Debian machine; a no-op when it is already there.
 # Time: about 1 minute on 2 cores once rzk is built (40-interop builds the release binary).
 set -euo pipefail
@@ -42,5 +42,8 @@ export PYTHONDONTWRITEBYTECODE=1
 cargo test -p rzk-server --test admin_metrics -- --ignored
 # rzk snapshot dump / rzk log dump on a data dir written by Apache ZooKeeper 3.8.
 cargo test -p rzk-server --test zk_files -- --ignored
+# rzk import-zookeeper of a data dir written by Apache ZooKeeper 3.8, every znode
+# compared through a client (about 20 s).
+cargo test -p rzk-server --test import_zookeeper -- --ignored
 cd interop/ops
 exec .venv/bin/python -m pytest -c pytest.ini -q -rfEs

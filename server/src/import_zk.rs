@@ -34,7 +34,7 @@ const EOR: u8 = b'B';
 const FIELD_BYTES_MAX: usize = 64 << 20;
 
 /// A ZooKeeper file that cannot be read: which file, where, and why.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{file}: at byte offset {offset}: {reason}")]
 pub struct ZkFileError {
     /// The file.
@@ -74,8 +74,8 @@ pub struct ZkStat {
 pub struct ZkNode {
     /// Its path (`/` for the root).
     pub path: String,
-    /// Its data.
-    pub data: Vec<u8>,
+    /// Its data (`None`: null data, which jute writes as length -1).
+    pub data: Option<Vec<u8>>,
     /// Its ACL.
     pub acl: Vec<Acl>,
     /// Its stat.
@@ -91,6 +91,18 @@ pub struct ZkSnapshot {
     pub nodes: Vec<ZkNode>,
     /// The tree digest's zxid, if the file has one (3.6+).
     pub digest_zxid: Option<i64>,
+}
+
+/// The zxid in a ZooKeeper file's name (`snapshot.<hex>`, `log.<hex>`): for a
+/// snapshot, the last txn applied when it was started (it is fuzzy: later
+/// txns may be in it too), for a log, its first txn.
+pub fn zxid_of_name(path: &Path, prefix: &str) -> Option<i64> {
+    let name = path.file_name()?.to_str()?;
+    let hex = name.strip_prefix(prefix)?.strip_prefix('.')?;
+    if hex.is_empty() || hex.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok().map(|z| z as i64)
 }
 
 /// One txn of a log.
@@ -110,6 +122,104 @@ pub struct ZkTxn {
     pub kind: i32,
     /// The paths it touches (one per op of a multi).
     pub paths: Vec<String>,
+    /// What it does.
+    pub body: ZkTxnBody,
+}
+
+/// What a logged txn does: the jute record of its type (ZooKeeper 3.8's
+/// `txn.jute`). Versions and cversions are the values the leader computed,
+/// set as they are, which is what makes a replay over a fuzzy snapshot
+/// idempotent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ZkTxnBody {
+    /// `CreateSessionTxn`.
+    CreateSession {
+        /// The negotiated timeout.
+        timeout_ms: i32,
+    },
+    /// `CloseSessionTxn` (3.6+; `None` when the txn has no body).
+    CloseSession {
+        /// The ephemerals the leader saw for the session.
+        paths: Option<Vec<String>>,
+    },
+    /// `CreateTxn` (create, create2), `CreateContainerTxn`, `CreateTTLTxn`.
+    Create {
+        /// The node.
+        path: String,
+        /// Its data.
+        data: Option<Vec<u8>>,
+        /// Its ACL.
+        acl: Vec<Acl>,
+        /// The owner encoding: 0, the session (ephemeral), `i64::MIN`
+        /// (container) or `0xFF..|ttl` (TTL).
+        owner: i64,
+        /// The parent's create counter after this create (-1: old logs
+        /// without it; the parent's own + 1 then).
+        parent_cversion: i32,
+    },
+    /// `DeleteTxn` (delete, deleteContainer).
+    Delete {
+        /// The node.
+        path: String,
+    },
+    /// `SetDataTxn` (setData, reconfig).
+    SetData {
+        /// The node.
+        path: String,
+        /// The new data.
+        data: Option<Vec<u8>>,
+        /// The new version.
+        version: i32,
+    },
+    /// `SetACLTxn`.
+    SetAcl {
+        /// The node.
+        path: String,
+        /// The new ACL.
+        acl: Vec<Acl>,
+        /// The new aversion.
+        version: i32,
+    },
+    /// `CheckVersionTxn`: no change.
+    Check {
+        /// The node.
+        path: String,
+    },
+    /// `ErrorTxn`: no change.
+    Error {
+        /// The error code.
+        err: i32,
+    },
+    /// `MultiTxn`: its ops in order, each with its type.
+    Multi(Vec<(i32, ZkTxnBody)>),
+}
+
+impl ZkTxnBody {
+    fn paths(&self, out: &mut Vec<String>) {
+        match self {
+            ZkTxnBody::Create { path, .. }
+            | ZkTxnBody::Delete { path }
+            | ZkTxnBody::SetData { path, .. }
+            | ZkTxnBody::SetAcl { path, .. }
+            | ZkTxnBody::Check { path } => out.push(path.clone()),
+            ZkTxnBody::Multi(ops) => ops.iter().for_each(|(_, o)| o.paths(out)),
+            ZkTxnBody::CreateSession { .. }
+            | ZkTxnBody::CloseSession { .. }
+            | ZkTxnBody::Error { .. } => {}
+        }
+    }
+}
+
+/// The txns of one log file as ZooKeeper reads them: a record torn inside the
+/// zero padding (a crash while it was written) ends the file, as ZooKeeper's
+/// `FileTxnIterator` ends it, and is reported in `partial_tail`. A record
+/// that runs past the end of the file is an error (a truncated copy).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZkLog {
+    /// The complete txns, in file order.
+    pub txns: Vec<ZkTxn>,
+    /// Where the records end in a partial one, and why.
+    pub partial_tail: Option<ZkFileError>,
 }
 
 /// ZooKeeper's name for a txn type.
@@ -192,9 +302,22 @@ impl<'a> Reader<'a> {
     }
 
     fn buffer(&mut self, what: &str) -> Result<Vec<u8>, ZkFileError> {
+        Ok(self.opt_buffer(what)?.unwrap_or_default())
+    }
+
+    fn opt_buffer(&mut self, what: &str) -> Result<Option<Vec<u8>>, ZkFileError> {
         match self.len(what)? {
-            None => Ok(Vec::new()),
-            Some(n) => Ok(self.take(n, what)?.to_vec()),
+            None => Ok(None),
+            Some(n) => Ok(Some(self.take(n, what)?.to_vec())),
+        }
+    }
+
+    fn bool(&mut self, what: &str) -> Result<bool, ZkFileError> {
+        let at = self.pos;
+        match self.u8(what)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            b => Err(self.err(at, format!("{what} is {b:#04x}, not a boolean"))),
         }
     }
 
@@ -314,7 +437,7 @@ pub fn read_snapshot(path: &Path) -> Result<ZkSnapshot, ZkFileError> {
         if path == "/" {
             break;
         }
-        let data = r.buffer("node data")?;
+        let data = r.opt_buffer("node data")?;
         let acl_at = r.pos;
         let acl_ref = r.i64("node ACL ref")?;
         let acl = match acl_ref {
@@ -379,36 +502,227 @@ pub fn read_snapshot(path: &Path) -> Result<ZkSnapshot, ZkFileError> {
     })
 }
 
-/// The path a sub-record of `kind` starts with, if it has one.
-fn body_paths(r: &mut Reader<'_>, kind: i32, out: &mut Vec<String>) -> Result<(), ZkFileError> {
-    match kind {
-        1 | 2 | 5 | 7 | 13 | 15 | 19 | 20 | 21 => out.push(r.string("txn path")?),
+/// Reads the body of a txn of type `kind` (its jute record).
+fn body(r: &mut Reader<'_>, kind: i32, session: i64) -> Result<ZkTxnBody, ZkFileError> {
+    let create = |r: &mut Reader<'_>, owner: Option<i64>| -> Result<ZkTxnBody, ZkFileError> {
+        let path = r.string("txn path")?;
+        let data = r.opt_buffer("txn data")?;
+        let acl = r.acl_list()?;
+        let owner = match owner {
+            Some(o) => o,
+            None => {
+                if r.bool("ephemeral")? {
+                    session
+                } else {
+                    0
+                }
+            }
+        };
+        // CreateTxnV0 (before 3.3) has no parentCVersion.
+        let parent_cversion = if r.buf.len() - r.pos >= 4 {
+            r.i32("parentCVersion")?
+        } else {
+            -1
+        };
+        Ok(ZkTxnBody::Create {
+            path,
+            data,
+            acl,
+            owner,
+            parent_cversion,
+        })
+    };
+    Ok(match kind {
+        -10 => ZkTxnBody::CreateSession {
+            timeout_ms: r.i32("session timeout")?,
+        },
+        -11 => ZkTxnBody::CloseSession {
+            paths: close_session_paths(r),
+        },
+        -1 => ZkTxnBody::Error {
+            err: r.i32("error code")?,
+        },
+        1 | 15 => create(r, None)?,
+        19 => {
+            let path = r.string("txn path")?;
+            let data = r.opt_buffer("txn data")?;
+            let acl = r.acl_list()?;
+            let parent_cversion = r.i32("parentCVersion")?;
+            ZkTxnBody::Create {
+                path,
+                data,
+                acl,
+                owner: i64::MIN,
+                parent_cversion,
+            }
+        }
+        21 => {
+            let path = r.string("txn path")?;
+            let data = r.opt_buffer("txn data")?;
+            let acl = r.acl_list()?;
+            let parent_cversion = r.i32("parentCVersion")?;
+            let ttl = r.i64("ttl")?;
+            ZkTxnBody::Create {
+                path,
+                data,
+                acl,
+                owner: crate::tree::ttl_owner(ttl),
+                parent_cversion,
+            }
+        }
+        2 | 20 => ZkTxnBody::Delete {
+            path: r.string("txn path")?,
+        },
+        5 | 16 => ZkTxnBody::SetData {
+            path: r.string("txn path")?,
+            data: r.opt_buffer("txn data")?,
+            version: r.i32("version")?,
+        },
+        7 => ZkTxnBody::SetAcl {
+            path: r.string("txn path")?,
+            acl: r.acl_list()?,
+            version: r.i32("version")?,
+        },
+        13 => {
+            let path = r.string("txn path")?;
+            r.i32("version")?;
+            ZkTxnBody::Check { path }
+        }
         14 => {
             let n = r.len("multi count")?.unwrap_or(0);
+            let mut ops = Vec::with_capacity(n.min(1024));
             for _ in 0..n {
                 let sub = r.i32("multi op type")?;
+                let at = r.pos;
                 let bytes = r.buffer("multi op")?;
                 let mut inner = Reader {
                     file: r.file,
                     buf: &bytes,
                     pos: 0,
                 };
-                body_paths(&mut inner, sub, out).map_err(|mut e| {
-                    // Offsets inside a multi are reported at the multi.
-                    e.offset = r.pos as u64;
+                let op = match sub {
+                    1 | 2 | 5 | 7 | 13 | 15 | 19 | 20 | 21 | -1 => body(&mut inner, sub, session),
+                    _ => Err(inner.err(0, format!("multi op of type {sub}"))),
+                };
+                // Offsets inside a multi are reported at the op.
+                let op = op.map_err(|mut e| {
+                    e.offset += (at + 4) as u64;
                     e
                 })?;
+                ops.push((sub, op));
             }
+            ZkTxnBody::Multi(ops)
         }
-        _ => {}
-    }
-    Ok(())
+        k => return Err(r.err(0, format!("txn type {k} ({})", txn_type_name(k)))),
+    })
 }
 
-/// Reads every txn of one `log.<zxid>` file, checking each record's
-/// Adler-32 and end byte. A zero length (or the end of the file) after a
-/// complete record ends the log.
-pub fn read_log(path: &Path) -> Result<Vec<ZkTxn>, ZkFileError> {
+/// A closeSession's `CloseSessionTxn`, if it has one: written since 3.6
+/// (`zookeeper.closeSessionTxn.enabled`, default true); older logs have no
+/// body, and what follows may be the txn's digest, which does not read as a
+/// list of paths.
+fn close_session_paths(r: &mut Reader<'_>) -> Option<Vec<String>> {
+    let start = r.pos;
+    let read = |r: &mut Reader<'_>| -> Result<Vec<String>, ZkFileError> {
+        let n = r.len("path count")?.unwrap_or(0);
+        if n > (r.buf.len() - r.pos) / 4 {
+            return Err(r.err(start, "not a path list"));
+        }
+        (0..n).map(|_| r.string("path")).collect()
+    };
+    match read(r) {
+        Ok(paths) if paths.iter().all(|p| p.starts_with('/')) => Some(paths),
+        _ => {
+            r.pos = start;
+            None
+        }
+    }
+}
+
+/// How one record of a log reads.
+enum Step {
+    Txn(ZkTxn),
+    /// Preallocated space: the log ends.
+    End,
+    /// The record is cut short: what ZooKeeper's reader takes as the end.
+    Partial(ZkFileError),
+}
+
+fn log_record(r: &mut Reader<'_>, path: &Path) -> Result<Step, ZkFileError> {
+    let at = r.pos;
+    // ZooKeeper pads a log with zeros before it writes into the padding, so
+    // a record of a log it wrote never runs past the end of the file: one
+    // that does is a truncated copy, and its txns would be lost (I7: an
+    // error, not the end of the log).
+    let crc = r.i64("record checksum")?;
+    let len_at = r.pos;
+    let len = r.i32("record length")?;
+    if len == 0 {
+        if crc == 0 {
+            return Ok(Step::End);
+        }
+        // A checksum and no length: the header was cut while written.
+        return Ok(Step::Partial(
+            r.err(at, "truncated: a record with a checksum and no length"),
+        ));
+    }
+    if len < 0 || len as usize > FIELD_BYTES_MAX {
+        return Err(r.err(len_at, format!("record length {len}")));
+    }
+    let body_bytes = r.take(len as usize, "record")?;
+    let eor_at = r.pos;
+    match r.u8("end of record")? {
+        EOR => {}
+        eor => {
+            return Ok(Step::Partial(r.err(
+                eor_at,
+                format!("truncated: end-of-record byte {eor:#04x}, expected 'B'"),
+            )))
+        }
+    }
+    let want = adler32(body_bytes);
+    if crc as u64 != u64::from(want) {
+        return Err(r.err(
+            at,
+            format!("record checksum mismatch: stored {crc:#x}, computed {want:#x}"),
+        ));
+    }
+    let mut t = Reader {
+        file: path,
+        buf: body_bytes,
+        pos: 0,
+    };
+    let fix = |mut e: ZkFileError| {
+        e.offset += (len_at + 4) as u64;
+        e
+    };
+    let session = t.i64("session").map_err(fix)?;
+    let cxid = t.i32("cxid").map_err(fix)?;
+    let zxid = t.i64("zxid").map_err(fix)?;
+    let time = t.i64("time").map_err(fix)?;
+    let kind = t.i32("type").map_err(fix)?;
+    let body = body(&mut t, kind, session).map_err(fix)?;
+    let mut paths = Vec::new();
+    body.paths(&mut paths);
+    Ok(Step::Txn(ZkTxn {
+        offset: at as u64,
+        session,
+        cxid,
+        zxid,
+        time,
+        kind,
+        paths,
+        body,
+    }))
+}
+
+/// Reads one `log.<zxid>` file as ZooKeeper does: each record's Adler-32 and
+/// end byte are checked; a zero length ends the log (the rest of the file is
+/// preallocated zeros); a record torn inside those zeros ends it too, and is
+/// reported; a record cut by the end of the file is an error.
+/// A complete record whose checksum does not match, or whose txn does not
+/// decode, is an error.
+pub fn read_log_file(path: &Path) -> Result<ZkLog, ZkFileError> {
     let buf = read_file(path)?;
     let mut r = Reader {
         file: path,
@@ -416,62 +730,33 @@ pub fn read_log(path: &Path) -> Result<Vec<ZkTxn>, ZkFileError> {
         pos: 0,
     };
     header(&mut r, LOG_MAGIC)?;
-    let mut out = Vec::new();
+    let mut txns = Vec::new();
     while !r.at_end() {
-        let at = r.pos;
-        let crc = r.i64("record checksum")?;
-        let len_at = r.pos;
-        let len = r.i32("record length")?;
-        if len == 0 && crc == 0 {
-            // Preallocated space: the log ends here.
-            break;
+        match log_record(&mut r, path)? {
+            Step::Txn(t) => txns.push(t),
+            Step::End => break,
+            Step::Partial(e) => {
+                return Ok(ZkLog {
+                    txns,
+                    partial_tail: Some(e),
+                })
+            }
         }
-        if len <= 0 || len as usize > FIELD_BYTES_MAX {
-            return Err(r.err(len_at, format!("record length {len}")));
-        }
-        let body = r.take(len as usize, "record")?;
-        let want = adler32(body);
-        if crc as u64 != u64::from(want) {
-            return Err(r.err(
-                at,
-                format!("record checksum mismatch: stored {crc:#x}, computed {want:#x}"),
-            ));
-        }
-        let eor_at = r.pos;
-        let eor = r.u8("end of record")?;
-        if eor != EOR {
-            return Err(r.err(
-                eor_at,
-                format!("end-of-record byte {eor:#04x}, expected 'B'"),
-            ));
-        }
-        let mut t = Reader {
-            file: path,
-            buf: body,
-            pos: 0,
-        };
-        let fix = |mut e: ZkFileError| {
-            e.offset += (len_at + 4) as u64;
-            e
-        };
-        let session = t.i64("session").map_err(fix)?;
-        let cxid = t.i32("cxid").map_err(fix)?;
-        let zxid = t.i64("zxid").map_err(fix)?;
-        let time = t.i64("time").map_err(fix)?;
-        let kind = t.i32("type").map_err(fix)?;
-        let mut paths = Vec::new();
-        body_paths(&mut t, kind, &mut paths).map_err(fix)?;
-        out.push(ZkTxn {
-            offset: at as u64,
-            session,
-            cxid,
-            zxid,
-            time,
-            kind,
-            paths,
-        });
     }
-    Ok(out)
+    Ok(ZkLog {
+        txns,
+        partial_tail: None,
+    })
+}
+
+/// Reads every txn of one `log.<zxid>` file; a record cut short is an error
+/// here (see [`read_log_file`] for ZooKeeper's reading, which stops there).
+pub fn read_log(path: &Path) -> Result<Vec<ZkTxn>, ZkFileError> {
+    let log = read_log_file(path)?;
+    match log.partial_tail {
+        Some(e) => Err(e),
+        None => Ok(log.txns),
+    }
 }
 
 /// The `log.*` files of a ZooKeeper data log directory (or its `version-2`),
@@ -548,7 +833,7 @@ mod tests {
         assert_eq!(snap.nodes.len(), 2);
         assert_eq!(snap.nodes[0].path, "/");
         assert_eq!(snap.nodes[1].path, "/a");
-        assert_eq!(snap.nodes[1].data, b"hello");
+        assert_eq!(snap.nodes[1].data.as_deref(), Some(&b"hello"[..]));
         assert_eq!(snap.nodes[1].acl[0].perms, Perms::READ);
         assert_eq!(snap.nodes[1].stat.pzxid, 9);
         assert_eq!(snap.digest_zxid, None);

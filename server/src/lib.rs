@@ -40,6 +40,7 @@ mod core;
 pub mod dump;
 mod forward;
 mod fourlw;
+pub mod import;
 pub mod import_zk;
 mod leader;
 pub mod logging;

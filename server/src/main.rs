@@ -1,5 +1,7 @@
 //! `rzk [zoo.cfg]`: the rzk server. `rzk snapshot dump <file>` and
-//! `rzk log dump <dir>`: ZooKeeper 3.8's data files, as its toolkits print them.
+//! `rzk log dump <dir>`: ZooKeeper 3.8's data files or rzk's, as ZooKeeper's
+//! toolkits print them (read only). `rzk import-zookeeper`: a ZooKeeper data
+//! directory moved over to a new rzk one.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,9 +45,29 @@ struct Cli {
     log_format: Option<LogFormat>,
 }
 
-/// Tools for data directories (they only read).
+/// Tools for data directories (dump only reads; import writes only a new
+/// directory).
 #[derive(Subcommand, Debug)]
 enum Tool {
+    /// Moves an Apache ZooKeeper 3.8 data directory over: its newest valid
+    /// snapshot and the log after it (znodes with data, ACL and stat,
+    /// sessions and their ephemerals, the last zxid) into a new rzk data
+    /// directory. Writes nothing if any input is corrupt.
+    #[command(name = "import-zookeeper")]
+    ImportZookeeper {
+        /// ZooKeeper's dataDir (or its version-2).
+        #[arg(long)]
+        from: PathBuf,
+        /// ZooKeeper's dataLogDir, when it is not dataDir.
+        #[arg(long)]
+        from_log: Option<PathBuf>,
+        /// The rzk dataDir to create (absent or an empty directory).
+        #[arg(long)]
+        to: PathBuf,
+        /// The rzk dataLogDir to create, when it is not dataDir.
+        #[arg(long)]
+        to_log: Option<PathBuf>,
+    },
     /// Snapshot files.
     Snapshot {
         #[command(subcommand)]
@@ -60,8 +82,9 @@ enum Tool {
 
 #[derive(Subcommand, Debug)]
 enum SnapshotAction {
-    /// Prints a ZooKeeper 3.8 `snapshot.<zxid>` file: a summary and every
-    /// znode with its stat and ACL (zkSnapShotToolkit).
+    /// Prints a snapshot file, ZooKeeper 3.8's (`version-2/snapshot.<zxid>`)
+    /// or rzk's (`<dataDir>/snap/snapshot.<zxid>`): a summary and every znode
+    /// with its stat and ACL (zkSnapShotToolkit). Checks its checksum.
     Dump {
         /// The snapshot file.
         file: PathBuf,
@@ -73,11 +96,12 @@ enum SnapshotAction {
 
 #[derive(Subcommand, Debug)]
 enum LogAction {
-    /// Prints every txn of a ZooKeeper 3.8 data log directory's `log.*` files
-    /// (or of one file): zxid, time, session, cxid, type, paths
-    /// (zkTxnLogToolkit).
+    /// Prints every txn of a data directory's log, ZooKeeper 3.8's or rzk's
+    /// (or of one log file): zxid, time, session, cxid, type, paths
+    /// (zkTxnLogToolkit). Never repairs: a torn tail is reported, not cut.
     Dump {
-        /// dataLogDir, its version-2, or one log file.
+        /// ZooKeeper's dataLogDir or its version-2; rzk's dataDir, its log/
+        /// or its dataLogDir; or one log file.
         dir: PathBuf,
     },
 }
@@ -87,10 +111,30 @@ fn run_tool(tool: &Tool) -> ExitCode {
     let result = match tool {
         Tool::Snapshot {
             action: SnapshotAction::Dump { file, summary },
-        } => rzk_server::dump::snapshot(file, *summary, &mut out),
+        } => rzk_server::dump::any_snapshot(file, *summary, &mut out).map_err(|e| e.to_string()),
         Tool::Log {
             action: LogAction::Dump { dir },
-        } => rzk_server::dump::log(dir, &mut out),
+        } => rzk_server::dump::any_log(dir, &mut out).map_err(|e| e.to_string()),
+        Tool::ImportZookeeper {
+            from,
+            from_log,
+            to,
+            to_log,
+        } => {
+            let opts = rzk_server::import::ImportOptions {
+                from: from.clone(),
+                from_log: from_log.clone(),
+                to: to.clone(),
+                to_log: to_log.clone(),
+            };
+            match rzk_server::import::import_zookeeper(&opts) {
+                Ok(report) => {
+                    out = format!("{report}\n");
+                    Ok(())
+                }
+                Err(e) => Err(format!("{e}; nothing was written to {}", to.display())),
+            }
+        }
     };
     print!("{out}");
     match result {

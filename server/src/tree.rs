@@ -213,6 +213,36 @@ pub struct SessionRecord {
     pub password: [u8; 16],
 }
 
+/// A node as an import restores it: every stored field given as the source
+/// had it (ZooKeeper persists the create counter as `cversion`: doc §8.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImportedNode {
+    /// Its path.
+    pub path: String,
+    /// Its data (`None`: null).
+    pub data: Option<Bytes>,
+    /// Its ACL.
+    pub acl: Vec<Acl>,
+    /// Creating zxid.
+    pub czxid: u64,
+    /// Last setData zxid.
+    pub mzxid: u64,
+    /// Last child create or delete zxid.
+    pub pzxid: u64,
+    /// Creation time (ms).
+    pub ctime: i64,
+    /// Last setData time (ms).
+    pub mtime: i64,
+    /// Data version.
+    pub version: i32,
+    /// ACL version.
+    pub aversion: i32,
+    /// The create counter C (the reported cversion is `2·C − numChildren`).
+    pub ccount: i32,
+    /// Ephemeral owner, container or TTL encoding, or 0.
+    pub owner: i64,
+}
+
 /// A snapshot being written.
 #[derive(Debug)]
 #[cfg_attr(test, derive(Clone))]
@@ -969,6 +999,36 @@ impl DataTree {
         let loaded = load_from(&mut reader);
         reader.record_peak();
         loaded
+    }
+
+    /// A tree of exactly these nodes, each parent before its children (an
+    /// import from another store). Fails on a node whose parent is missing,
+    /// a node given twice, or no root.
+    pub fn from_imported(
+        nodes: impl IntoIterator<Item = ImportedNode>,
+    ) -> Result<DataTree, TxnError> {
+        let mut t = DataTree::empty();
+        for n in nodes {
+            let acl = t.acls.intern(&n.acl);
+            let name = n.path.rsplit('/').next().unwrap_or_default();
+            let mut node = Node::new(name, n.data.as_deref(), acl, n.owner, n.czxid, n.ctime);
+            node.mzxid = n.mzxid;
+            node.pzxid = n.pzxid;
+            node.mtime = n.mtime;
+            node.version = n.version;
+            node.aversion = n.aversion;
+            node.ccount = n.ccount;
+            let p = n.path;
+            if !p.starts_with('/') || t.insert_raw(&p, node).is_none() {
+                return Err(TxnError(format!(
+                    "imported node {p} has no parent or is repeated"
+                )));
+            }
+        }
+        if t.node_count == 0 {
+            return Err(TxnError("imported tree has no root".into()));
+        }
+        Ok(t)
     }
 
     /// Every node by path with its data, ACL and Stat: a canonical dump for

@@ -56,6 +56,10 @@
 //!   open removes. A [`SnapshotFile`] reads at offsets of one open descriptor,
 //!   so retention cannot break a transfer in progress.
 //!
+//! - **Read-only inspection.** [`inspect`] reads a log directory and snapshot
+//!   files without changing them (no tail cut, no repair, no lock): for dump
+//!   tools and copies of a data directory.
+//!
 //! Layout under the directory given to [`Wal::open`]: `log/log.<hex zxid>`
 //! segments (named by their first zxid, as ZooKeeper names them), `snap/snapshot.<hex
 //! zxid>` files, and `meta/` (sled) with acceptedEpoch, currentEpoch, the snapshot
@@ -66,6 +70,7 @@
 mod durability;
 mod error;
 mod format;
+pub mod inspect;
 mod log;
 mod meta;
 mod reader;

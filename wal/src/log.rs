@@ -28,11 +28,11 @@ use crate::segment::{
 };
 
 /// File holding the log's start while it has no segment.
-const START_FILE: &str = "log-start";
-const START_MAGIC: &[u8; 8] = b"RZKSTART";
+pub(crate) const START_FILE: &str = "log-start";
+pub(crate) const START_MAGIC: &[u8; 8] = b"RZKSTART";
 /// File holding a rewrite (truncate or reset) in progress: its commit point.
-const REWRITE_FILE: &str = "log-rewrite";
-const REWRITE_MAGIC: &[u8; 8] = b"RZKREWR1";
+pub(crate) const REWRITE_FILE: &str = "log-rewrite";
+pub(crate) const REWRITE_MAGIC: &[u8; 8] = b"RZKREWR1";
 
 /// How the log is opened and written.
 #[derive(Debug, Clone)]
@@ -112,7 +112,7 @@ impl Rewrite {
         out
     }
 
-    fn decode(body: &[u8], path: &Path) -> Result<Rewrite> {
+    pub(crate) fn decode(body: &[u8], path: &Path) -> Result<Rewrite> {
         let corrupt = || WalError::CorruptFile {
             path: path.to_owned(),
             reason: "unknown rewrite marker".to_owned(),
