@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::error::BenchError;
-use crate::idle::IdleOptions;
+use crate::idle::{IdleOptions, WatchSpread};
 use crate::populate::PopulateOptions;
 use crate::run::{fresh_namespace, Limit, RunOptions};
 use crate::wait::WaitOptions;
@@ -151,6 +151,16 @@ pub struct IdleArgs {
     /// Connects in progress at once.
     #[arg(long, default_value_t = 64)]
     pub connect_parallelism: usize,
+    /// Each session first leaves exist watches on children `n<i>` of this
+    /// parent (as `populate` names them), --watches-per-session of them.
+    #[arg(long)]
+    pub watch_parent: Option<String>,
+    /// How many children of --watch-parent exist (`n0` .. `n<N-1>`).
+    #[arg(long, default_value_t = 100_000)]
+    pub watch_znodes: u64,
+    /// Watches each session leaves (with --watch-parent).
+    #[arg(long, default_value_t = 10_000)]
+    pub watches_per_session: u64,
 }
 
 /// `rzk-bench connect-storm`.
@@ -385,6 +395,11 @@ impl IdleArgs {
             session_timeout_ms: self.session_timeout_ms,
             hold: Duration::from_secs_f64(self.hold_seconds),
             connect_parallelism: self.connect_parallelism.max(1),
+            watches: self.watch_parent.map(|parent| WatchSpread {
+                parent,
+                znodes: self.watch_znodes.max(1),
+                per_session: self.watches_per_session,
+            }),
         })
     }
 }

@@ -5,16 +5,18 @@
 //! that drains the connection's [`Outbox`].
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::StreamExt;
+use bytes::BytesMut;
 use rzk_wire::server::Incoming;
-use rzk_wire::ServerCodec;
+use rzk_wire::{ServerCodec, WireError};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Semaphore};
-use tokio_util::codec::FramedRead;
+use tokio_util::codec::Decoder;
 
 use crate::acl::AuthInfo;
 use crate::config::FourLetterWhitelist;
@@ -23,11 +25,13 @@ use crate::fourlw;
 use crate::outbox::{Next, Outbox};
 use crate::watch::ConnId;
 
-/// The read buffer a connection starts with. tokio-util's default is 8 KiB,
-/// which was most of an idle session's memory; a larger frame makes the codec
-/// reserve what it needs, and a busy pipelined client is read in several
-/// smaller reads instead of one.
-const READ_BUFFER_BYTES_INITIAL: usize = 1024;
+/// The room a read starts with once bytes are waiting. A larger frame makes
+/// the codec reserve what it needs.
+const READ_CHUNK_BYTES_MIN: usize = 1024;
+
+/// The most room one read asks for: a pipelined client that fills every read
+/// doubles the room up to this, so that it is read in few large reads.
+const READ_CHUNK_BYTES_MAX: usize = 64 * 1024;
 
 /// What every connection needs to know.
 #[derive(Debug)]
@@ -69,12 +73,24 @@ pub(crate) async fn serve_split<R, W>(
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let outbox = Arc::new(Outbox::new(ctx.outgoing_bytes_max));
-    let writer = tokio::spawn(write_loop(wr, outbox.clone()));
-    let mut framed = FramedRead::with_capacity(
-        rd,
-        ServerCodec::with_frame_bytes_max(ctx.frame_bytes_max),
-        READ_BUFFER_BYTES_INITIAL,
+    // The reader and the writer run in this one task, side by side: a second
+    // task per connection cost an idle session its own task cell (issue 15).
+    tokio::join!(
+        read_side(rd, peer, auth, id, &ctx, &outbox),
+        write_loop(wr, &outbox)
     );
+}
+
+/// Reads the connection until it ends, then lets the writer flush and close.
+async fn read_side<R: AsyncRead + Unpin>(
+    rd: R,
+    peer: SocketAddr,
+    auth: AuthInfo,
+    id: ConnId,
+    ctx: &ConnCtx,
+    outbox: &Arc<Outbox>,
+) {
+    let mut framed = FrameReader::new(rd, ServerCodec::with_frame_bytes_max(ctx.frame_bytes_max));
     let first = tokio::select! {
         r = tokio::time::timeout(ctx.sessionless_timeout, framed.next()) => r,
         _ = outbox.cancel.cancelled() => Ok(None),
@@ -114,15 +130,14 @@ pub(crate) async fn serve_split<R, W>(
         Ok(Some(Ok(_))) => false,
     };
     if registered {
-        read_loop(&mut framed, peer, id, &ctx, &outbox).await;
+        read_loop(&mut framed, peer, id, ctx, outbox).await;
         let _ = ctx.core.send(CoreMsg::Closed { conn: id }).await;
     }
     outbox.close_after_flush();
-    let _ = writer.await;
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(
-    framed: &mut FramedRead<R, ServerCodec>,
+    framed: &mut FrameReader<R>,
     peer: SocketAddr,
     id: ConnId,
     ctx: &ConnCtx,
@@ -198,7 +213,79 @@ async fn read_loop<R: AsyncRead + Unpin>(
     }
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, outbox: Arc<Outbox>) {
+/// Reads and decodes frames, holding a read buffer only while bytes are in
+/// hand (issue 15: an idle session's memory). A read that finds nothing with
+/// nothing buffered gives its buffer back before it waits (`poll_read` keeps
+/// no hold on the buffer, only on the waker), so an idle connection waits with
+/// no buffer at all; once bytes are waiting it reads into room of `chunk`
+/// bytes, doubled (up to 64 KiB) after every read that fills it and halved
+/// each time the connection goes idle, so a pipelined client is read in large
+/// reads. A decoded frame keeps its bytes (a slice of the buffer) until it is
+/// answered. No extra system call: the read that would have waited anyway is
+/// the one that finds the socket empty.
+pub(crate) struct FrameReader<R> {
+    rd: R,
+    codec: ServerCodec,
+    buf: BytesMut,
+    /// Room to make before the next read.
+    chunk: usize,
+    eof: bool,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    fn new(rd: R, codec: ServerCodec) -> FrameReader<R> {
+        FrameReader {
+            rd,
+            codec,
+            buf: BytesMut::new(),
+            chunk: READ_CHUNK_BYTES_MIN,
+            eof: false,
+        }
+    }
+
+    /// The next frame; `None` at the end of the stream. After an error the
+    /// connection must be closed.
+    pub(crate) async fn next(&mut self) -> Option<Result<Incoming, WireError>> {
+        loop {
+            if self.eof {
+                return self.codec.decode_eof(&mut self.buf).transpose();
+            }
+            if !self.buf.is_empty() {
+                match self.codec.decode(&mut self.buf) {
+                    Ok(None) => {}
+                    done => return done.transpose(),
+                }
+            }
+            match std::future::poll_fn(|cx| self.poll_fill(cx)).await {
+                Ok(0) => self.eof = true,
+                Ok(_) => {}
+                Err(e) => return Some(Err(WireError::Io(e))),
+            }
+        }
+    }
+
+    /// One read into the buffer, made room for first.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        self.buf.reserve(self.chunk);
+        let room = self.buf.capacity() - self.buf.len();
+        let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.rd), cx, &mut self.buf);
+        match read {
+            Poll::Pending if self.buf.is_empty() => {
+                // Idle: wait without a buffer (a decoded frame still holds
+                // its own bytes).
+                self.buf = BytesMut::new();
+                self.chunk = (self.chunk / 2).max(READ_CHUNK_BYTES_MIN);
+            }
+            Poll::Ready(Ok(n)) if n == room => {
+                self.chunk = (self.chunk * 2).min(READ_CHUNK_BYTES_MAX);
+            }
+            _ => {}
+        }
+        read
+    }
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, outbox: &Outbox) {
     loop {
         match outbox.next() {
             Next::Write(buf) => {

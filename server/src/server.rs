@@ -231,7 +231,10 @@ async fn run_inner(
                 conns.spawn(async move {
                     match tls {
                         None => conn::serve(stream, peer, id, ctx).await,
-                        Some(tls) => serve_tls(&tls, stream, peer, id, ctx).await,
+                        // Boxed: a TLS handshake's state is large, and an
+                        // arm held inline would make every plain
+                        // connection's task as large (issue 15).
+                        Some(tls) => Box::pin(serve_tls(&tls, stream, peer, id, ctx)).await,
                     }
                     ip
                 });
