@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{create_req, Raw};
-use ensemble_support::Ensemble;
+use ensemble_support::{run_trapped, Ensemble};
 use futures::StreamExt;
 use rzk_wire::client::Incoming;
 use rzk_wire::Request;
@@ -44,56 +44,58 @@ async fn resume(addr: std::net::SocketAddr, session: &rzk_wire::ConnectResponse)
     raw
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_through_a_member_that_no_longer_owns_the_session_closes_its_connection() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut e = Ensemble::start(dir.path(), 3, &[]).await;
-    e.wait_settled().await;
-    let (a, b) = (e.members[0].client, e.members[1].client);
+#[test]
+fn a_write_through_a_member_that_no_longer_owns_the_session_closes_its_connection() {
+    run_trapped(async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = Ensemble::start(dir.path(), 3, &[]).await;
+        e.wait_settled().await;
+        let (a, b) = (e.members[0].client, e.members[1].client);
 
-    // The session starts on member 1 (connection `stale`).
-    let (mut stale, session) = Raw::connect(a, 6000).await;
-    let r = stale.call(create_req("/r", b"0", 0)).await;
-    assert!(r.result.is_ok(), "{r:?}");
+        // The session starts on member 1 (connection `stale`).
+        let (mut stale, session) = Raw::connect(a, 6000).await;
+        let r = stale.call(create_req("/r", b"0", 0)).await;
+        assert!(r.result.is_ok(), "{r:?}");
 
-    // It is resumed on member 2 while the connection to member 1 stays open.
-    // A write through member 2 that succeeds shows that member 2's Attach has
-    // reached the leader (a member forwards in order), so the leader now
-    // holds member 2 as the owner.
-    let mut current = resume(b, &session).await;
-    let r = current.call(set_data("/r", b"1")).await;
-    assert!(r.result.is_ok(), "a write through the owner: {r:?}");
+        // It is resumed on member 2 while the connection to member 1 stays open.
+        // A write through member 2 that succeeds shows that member 2's Attach has
+        // reached the leader (a member forwards in order), so the leader now
+        // holds member 2 as the owner.
+        let mut current = resume(b, &session).await;
+        let r = current.call(set_data("/r", b"1")).await;
+        assert!(r.result.is_ok(), "a write through the owner: {r:?}");
 
-    // A write through member 1's connection: the leader refuses it
-    // (SESSIONMOVED) and member 1 closes that connection without an answer,
-    // as ZooKeeper does; before the fix it answered the error and kept the
-    // connection, so a client there would fail write after write.
-    stale.send(set_data("/r", b"stale")).await;
-    match tokio::time::timeout(Duration::from_secs(10), stale.framed.next()).await {
-        Ok(None) | Ok(Some(Err(_))) => {}
-        Ok(Some(Ok(frame))) => panic!("expected the connection closed, got {frame:?}"),
-        Err(_) => panic!("neither an answer nor a close within 10 s"),
-    }
-
-    // The client of the closed connection reconnects to member 1 and takes
-    // its session back: its writes succeed again, and the refused write was
-    // not applied.
-    let mut back = resume(a, &session).await;
-    let r = back.call(set_data("/r", b"2")).await;
-    assert!(r.result.is_ok(), "after reconnecting: {r:?}");
-    let r = back
-        .call(Request::GetData(rzk_wire::GetDataRequest {
-            path: "/r".into(),
-            watch: false,
-        }))
-        .await;
-    match r.result {
-        Ok(rzk_wire::Response::GetData(d)) => {
-            assert_eq!(d.data.as_deref(), Some(&b"2"[..]));
-            assert_eq!(d.stat.version, 2, "the stale write was not applied");
+        // A write through member 1's connection: the leader refuses it
+        // (SESSIONMOVED) and member 1 closes that connection without an answer,
+        // as ZooKeeper does; before the fix it answered the error and kept the
+        // connection, so a client there would fail write after write.
+        stale.send(set_data("/r", b"stale")).await;
+        match tokio::time::timeout(Duration::from_secs(10), stale.framed.next()).await {
+            Ok(None) | Ok(Some(Err(_))) => {}
+            Ok(Some(Ok(frame))) => panic!("expected the connection closed, got {frame:?}"),
+            Err(_) => panic!("neither an answer nor a close within 10 s"),
         }
-        other => panic!("getData: {other:?}"),
-    }
-    drop((stale, current, back));
-    e.stop_all().await;
+
+        // The client of the closed connection reconnects to member 1 and takes
+        // its session back: its writes succeed again, and the refused write was
+        // not applied.
+        let mut back = resume(a, &session).await;
+        let r = back.call(set_data("/r", b"2")).await;
+        assert!(r.result.is_ok(), "after reconnecting: {r:?}");
+        let r = back
+            .call(Request::GetData(rzk_wire::GetDataRequest {
+                path: "/r".into(),
+                watch: false,
+            }))
+            .await;
+        match r.result {
+            Ok(rzk_wire::Response::GetData(d)) => {
+                assert_eq!(d.data.as_deref(), Some(&b"2"[..]));
+                assert_eq!(d.stat.version, 2, "the stale write was not applied");
+            }
+            other => panic!("getData: {other:?}"),
+        }
+        drop((stale, current, back));
+        e.stop_all().await;
+    })
 }

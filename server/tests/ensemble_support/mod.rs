@@ -155,10 +155,17 @@ impl Ensemble {
 
     /// Crashes a member: its tasks are dropped where they are, nothing is
     /// flushed or said goodbye to (its connections break, as with kill -9).
+    /// A member that had already panicked or failed on its own fails the test
+    /// here, with its message, instead of passing as crashed.
     pub async fn crash(&mut self, i: usize) {
         if let Some((_stop, task)) = self.members[i].running.take() {
             task.abort();
-            let _ = task.await;
+            match task.await {
+                Err(e) if e.is_cancelled() => {}
+                Err(e) => panic!("member {i} had panicked before it was crashed: {e}"),
+                Ok(Ok(())) => panic!("member {i} had stopped on its own before it was crashed"),
+                Ok(Err(e)) => panic!("member {i} had failed before it was crashed: {e}"),
+            }
         }
     }
 
@@ -261,4 +268,22 @@ pub async fn client(connect: &str, timeout: Duration) -> zookeeper_client::Clien
         .connect(connect)
         .await
         .expect("connect")
+}
+
+/// Runs a test's body on a multi-thread runtime of 2 workers whose threads report
+/// their panics to an [`rzk_testkit::PanicTrap`]: a panic in any task of any member
+/// (which tokio would catch, and the member might survive) fails the test with its
+/// message, after the body.
+pub fn run_trapped<F: std::future::Future>(body: F) -> F::Output {
+    let trap = rzk_testkit::PanicTrap::new();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(trap.thread_hook())
+        .build()
+        .expect("a runtime");
+    let out = runtime.block_on(body);
+    drop(runtime);
+    trap.check();
+    out
 }
