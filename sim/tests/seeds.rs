@@ -194,3 +194,17 @@ fn snapshot_from_a_rolled_over_epoch_is_fenced() {
 fn snap_past_a_rollover_keeps_committed_history() {
     run(572, &opts(3)).unwrap_or_else(|f| panic!("{f}"));
 }
+
+/// Found by CI's long run (seed 1010705, 5 peers): a follower acked a leader's
+/// NEWLEADER, was rejected by it, helped elect the next epoch and commit in it,
+/// and its stale ack then completed the first leader's quorum, so a leader of
+/// the older epoch was established without the newer epoch's committed txns
+/// (LeaderLogCompleteness). A dropped learner's NEWLEADER ack is now withdrawn.
+#[test]
+fn a_dropped_learners_newleader_ack_does_not_establish_a_leader() {
+    let o = Options {
+        fault_ms: 20_000,
+        ..opts(5)
+    };
+    run(1_010_705, &o).unwrap_or_else(|f| panic!("{f}"));
+}

@@ -213,7 +213,16 @@ impl Peer {
 
     fn drop_learner(&mut self, id: PeerId, reason: RejectReason) {
         self.send_learner(id, SessionMsg::Reject { reason });
-        self.ld().learners.remove(&id);
+        let l = self.ld();
+        l.learners.remove(&id);
+        // A learner that is gone no longer counts towards establishing this
+        // leader: it may already be acknowledging a later epoch's leader, whose
+        // commits this leader's history lacks (sim seed 1010705: a follower
+        // acked NEWLEADER, was rejected, helped elect epoch e+1 and commit in
+        // it, and its stale ack then completed the quorum of epoch e).
+        // ZooKeeper's leader steps down when its synced followers are no
+        // longer a quorum; here the ack is withdrawn before it can count.
+        l.newleader_acks.remove(&id);
     }
 
     /// Refuses a learner's message and ends its session (I7).
