@@ -208,3 +208,19 @@ fn a_dropped_learners_newleader_ack_does_not_establish_a_leader() {
     };
     run(1_010_705, &o).unwrap_or_else(|f| panic!("{f}"));
 }
+
+/// Found by CI's long run at a counter limit of 4 (seed 2002023, 5 peers): a
+/// learner raised its commit point to a SNAP's zxid when the SNAP began; the
+/// transfer was cut short, so its log kept its own uncommitted rollover
+/// proposal below that commit point, and it refused every later leader's TRUNC
+/// of it ("does not fit the session's stream") for good (Liveness). The commit
+/// point now rises to a snapshot once it is installed.
+#[test]
+fn an_interrupted_snap_does_not_raise_the_commit_point() {
+    let o = Options {
+        fault_ms: 20_000,
+        counter_limit: Some(4),
+        ..opts(5)
+    };
+    run(2_002_023, &o).unwrap_or_else(|f| panic!("{f}"));
+}

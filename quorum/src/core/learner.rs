@@ -409,7 +409,11 @@ impl Peer {
                     self.issue(StorageCmd::ReceiveSnapshot(snapshot), Effect::Marker);
                 }
                 self.fl().snap = Some(recv);
-                self.raise_commit_known(zxid);
+                // commit_known rises to the snapshot once it is installed
+                // (`Effect::Snapshot`), not here: a transfer cut short leaves the
+                // old log, and a commit point from the snapshot's history above
+                // it made this peer refuse every later TRUNC of its own
+                // uncommitted tail (sim seed 2002023, a livelock).
                 (Mode::Snap, zxid)
             }
             _ => unreachable!("only sync modes are routed here"),

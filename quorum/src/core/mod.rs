@@ -973,6 +973,8 @@ impl Peer {
                 // with fewer of them, which would then cut them away (found in
                 // simulation: a SNAP past a rollover).
                 self.raise_current_to_snapshot(zxid);
+                // Everything in a snapshot is committed.
+                self.raise_commit_known(zxid);
                 self.learner_snap_installed(session);
             }
             Effect::SnapChunk { end, session } => self.learner_snap_stored(session, end),
