@@ -2,7 +2,8 @@
 # benches/restart.sh: restart time of rzk with a large tree, repeated on copies
 # of one populated data directory.
 #
-#   benches/restart.sh [--znodes N] [--rounds K] [--stop kill|term] [--work-dir D] [--keep]
+#   benches/restart.sh [--znodes N] [--rounds K] [--snapshot-rounds K] [--stop kill|term]
+#                      [--work-dir D] [--keep]
 #
 # Populates N znodes (128 B values) under /rzk-populate-0.. (at most 100,000
 # children per parent), stops the server (kill -9 by default: the restart then
@@ -14,17 +15,24 @@
 # and restart on the same host. Prints one line per round and the median;
 # with the offset of each start-up log line of the server after exec.
 #
+# --snapshot-rounds K (default 0): also K times, on a fresh copy started with
+# snapCount=2, a few setData (so a snapshot of the whole tree begins at once),
+# and the time from the server's "snapshot started" to its "snapshot saved"
+# log line: the tree serialised in steps, written, fsynced, cataloged, and
+# the older history purged.
+#
 # Binaries: RZK_BIN and RZK_BENCH_BIN (default target/release/rzk and
 # target/release/rzk-bench of this checkout).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 RZK_BIN=${RZK_BIN:-$here/target/release/rzk}
 RZK_BENCH_BIN=${RZK_BENCH_BIN:-$here/target/release/rzk-bench}
-ZNODES=1000000 ROUNDS=3 STOP=kill WORK_DIR="" KEEP=0 CHUNK=100000
+ZNODES=1000000 ROUNDS=3 SNAP_ROUNDS=0 STOP=kill WORK_DIR="" KEEP=0 CHUNK=100000
 while [ $# -gt 0 ]; do
   case $1 in
   --znodes) ZNODES=$2; shift ;;
   --rounds) ROUNDS=$2; shift ;;
+  --snapshot-rounds) SNAP_ROUNDS=$2; shift ;;
   --stop) STOP=$2; shift ;;
   --work-dir) WORK_DIR=$2; shift ;;
   --keep) KEEP=1 ;;
@@ -48,8 +56,10 @@ chunks=$(((ZNODES + CHUNK - 1) / CHUNK))
 chunk_size() { local left=$((ZNODES - $1 * CHUNK)); [ $left -lt $CHUNK ] && echo $left || echo $CHUNK; }
 last=$((chunks - 1))
 
-start() { # start DIR LOG: sets PID
-  "$RZK_BIN" --client-port "$PORT" --data-dir "$1" --set maxClientCnxns=0 >"$2" 2>&1 &
+start() { # start DIR LOG [--set k=v ...]: sets PID
+  local dir=$1 logf=$2
+  shift 2
+  "$RZK_BIN" --client-port "$PORT" --data-dir "$dir" --set maxClientCnxns=0 "$@" >"$logf" 2>&1 &
   PID=$!
 }
 stop() {
@@ -96,5 +106,46 @@ for line in open(sys.argv[2], errors="replace"):
 PY
   kill -9 "$PID"; wait "$PID" 2>/dev/null || true; PID=""
 done
-printf '%s\n' "${results[@]}" | sort -n | awk '{a[NR]=$1} END {print "median of " NR ": " a[int((NR+1)/2)] " ms"}'
+[ "$ROUNDS" -gt 0 ] && printf '%s\n' "${results[@]}" | sort -n | awk '{a[NR]=$1} END {print "median of " NR ": " a[int((NR+1)/2)] " ms"}'
+
+for ((r = 1; r <= SNAP_ROUNDS; r++)); do
+  rm -rf "$WORK_DIR/run"
+  cp -a "$WORK_DIR/populated" "$WORK_DIR/run"
+  sync
+  logf="$WORK_DIR/snap-$r.log"
+  start "$WORK_DIR/run" "$logf" --set snapCount=2
+  "$RZK_BENCH_BIN" wait-serving --server "127.0.0.1:$PORT" --timeout-seconds 300 >/dev/null
+  # Snapshots begun while the log was replayed (snapCount=2) end first.
+  for ((w = 0; w < 6000; w++)); do
+    [ "$(grep -ac "snapshot started" "$logf")" = "$(grep -ac "rzk_server::core: snapshot saved" "$logf")" ] && break
+    sleep 0.1
+  done
+  "$RZK_BENCH_BIN" run --server "127.0.0.1:$PORT" --workload set --ops 1 --sessions 1 --inflight 1 >/dev/null 2>&1
+  ms=""
+  for ((w = 0; w < 6000; w++)); do
+    ms=$(python3 - "$logf" "$ZNODES" <<'PY'
+import datetime, re, sys
+def ts(line):
+    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z", line)
+    return datetime.datetime.fromisoformat(m.group(1)).timestamp() if m else None
+started, serving = None, False
+for line in open(sys.argv[1], errors="replace"):
+    if "serving role" in line:
+        serving = True  # snapshots begun by the replay of the log are not timed
+    elif serving and not started and "snapshot started" in line:
+        n = re.search(r"nodes=(\d+)", line)
+        z = re.search(r"zxid=(\S+)", line)
+        if n and int(n.group(1)) >= int(sys.argv[2]):
+            started = (ts(line), n.group(1), z.group(1))
+    elif started and "rzk_server::core: snapshot saved zxid=" + started[2] in line:
+        print("%.0f ms for %s znodes" % (1000 * (ts(line) - started[0]), started[1]))
+        break
+PY
+)
+    [ -n "$ms" ] && break
+    sleep 0.1
+  done
+  echo "snapshot round $r: ${ms:-not saved within 600 s} (uptime: $(uptime | sed 's/.*load/load/'))"
+  kill -9 "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+done
 echo "uptime after: $(uptime)"
