@@ -128,6 +128,11 @@ pub struct ServerConfig {
     pub snap_count: u64,
     /// `autopurge.snapRetainCount`: snapshots kept (default and minimum 3).
     pub snap_retain_count: u32,
+    /// `rzk.snapshot.writeBytesPerSecMax`: the most bytes per second a local
+    /// snapshot is written at, so that its disk writes leave room for the
+    /// log's fsyncs (0: unlimited; default
+    /// [`rzk_wal::SNAPSHOT_WRITE_BYTES_PER_SEC_MAX`]).
+    pub snapshot_write_bytes_per_sec_max: Option<u64>,
     /// `4lw.commands.whitelist`.
     pub four_letter_words: FourLetterWhitelist,
     /// `zookeeper.extendedTypesEnabled`: TTL nodes (default false).
@@ -299,6 +304,7 @@ impl Default for ServerConfig {
             sessionless_timeout_ms: 10_000,
             snap_count: 100_000,
             snap_retain_count: 3,
+            snapshot_write_bytes_per_sec_max: rzk_wal::SNAPSHOT_WRITE_BYTES_PER_SEC_MAX,
             four_letter_words: FourLetterWhitelist::default(),
             extended_types_enabled: false,
             jute_max_buffer: JUTE_MAX_BUFFER_DEFAULT,
@@ -504,6 +510,10 @@ impl ServerConfig {
             "rzk.connection.outstandingMax" => self.connection_outstanding_max = positive(s)?,
             "rzk.connection.outgoingBytesMax" => self.connection_outgoing_bytes_max = positive(s)?,
             "snapCount" => self.snap_count = at_least(s, 2)?,
+            "rzk.snapshot.writeBytesPerSecMax" => {
+                let n: u64 = number(s)?;
+                self.snapshot_write_bytes_per_sec_max = (n > 0).then_some(n);
+            }
             "zookeeper.nio.sessionlessCnxnTimeout" => self.sessionless_timeout_ms = positive(s)?,
             "autopurge.snapRetainCount" => {
                 let n: u32 = number(s)?;
@@ -1137,6 +1147,15 @@ mod tests {
         let cfg = ServerConfig::parse("autopurge.snapRetainCount=1").unwrap();
         assert_eq!(cfg.snap_retain_count, 3);
         assert_eq!(cfg.warnings.len(), 1);
+    }
+
+    #[test]
+    fn snapshot_write_rate_is_a_byte_count_and_zero_lifts_it() {
+        let cfg = ServerConfig::parse("rzk.snapshot.writeBytesPerSecMax=1048576").unwrap();
+        assert_eq!(cfg.snapshot_write_bytes_per_sec_max, Some(1 << 20));
+        let cfg = ServerConfig::parse("rzk.snapshot.writeBytesPerSecMax=0").unwrap();
+        assert_eq!(cfg.snapshot_write_bytes_per_sec_max, None);
+        assert!(ServerConfig::parse("rzk.snapshot.writeBytesPerSecMax=-1").is_err());
     }
 
     #[test]

@@ -223,6 +223,7 @@ fn role_name(role: PeerRole) -> &'static str {
 fn wal_options(config: &ServerConfig) -> WalOptions {
     let mut wal = WalOptions {
         snap_retain_count: config.snap_retain_count as usize,
+        snapshot_write_bytes_per_sec_max: config.snapshot_write_bytes_per_sec_max,
         ..WalOptions::default()
     };
     wal.log.unsafe_no_fsync = config.unsafe_no_fsync;
