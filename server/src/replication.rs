@@ -241,7 +241,10 @@ fn absolute(p: &Path) -> PathBuf {
 
 /// The quorum core's timing from zoo.cfg (one tick of the core = 1 ms).
 fn core_config(config: &ServerConfig, m: &Membership) -> Config {
-    let mut c = Config::new(PeerId(m.id), m.voters.iter().map(|v| PeerId(*v)));
+    // Only participants count in any quorum; observers are listed so the
+    // core knows them as non-voting learners (docs/ensemble.md §4).
+    let mut c = Config::new(PeerId(m.id), m.voters.iter().map(|v| PeerId(*v)))
+        .with_observers(m.observers.iter().map(|o| PeerId(*o)));
     let tick = u64::from(config.tick_time_ms.max(1));
     c.init_limit = tick * u64::from(config.init_limit);
     c.sync_limit = tick * u64::from(config.sync_limit);
@@ -457,8 +460,12 @@ mod tests {
         assert_eq!(m.client_addr, "127.0.0.1:2184".parse().unwrap());
         assert_eq!(m.quorum_addr, Some(("127.0.0.1".to_owned(), 2891)));
         // The quorum size: a majority of the three voters, whatever the
-        // number of observers.
-        assert_eq!(core_config(&c, &m).voters.len(), 3);
+        // number of observers; the core knows this peer observes.
+        let core = core_config(&c, &m);
+        assert_eq!(core.voters.len(), 3);
+        assert_eq!(core.observers.len(), 2);
+        assert!(core.is_observer());
+        core.validate().unwrap();
     }
 
     #[test]
