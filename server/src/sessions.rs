@@ -18,7 +18,7 @@ use rzk_zxid::Zxid;
 use crate::acl::AuthInfo;
 use crate::core::{
     format_sid, now_ms, push_frame, Conn, ConnState, ConnStats, Core, CoreError, HeldConnect,
-    InFlight, Revalidation, Serving,
+    InFlight, ReplyQueue, Revalidation, Serving,
 };
 use crate::forward::ForwardMsg;
 use crate::leader::Submit;
@@ -85,7 +85,7 @@ impl Core {
             auth,
             state: ConnState::Connecting,
             backlog: VecDeque::new(),
-            queue: VecDeque::new(),
+            queue: ReplyQueue::default(),
             read_only_byte: req.read_only.is_some(),
             established_ms: now_ms(),
             stats: ConnStats::default(),
