@@ -116,7 +116,7 @@ async fn first_frame<R: AsyncRead + Unpin>(
 ) -> bool {
     let first = tokio::select! {
         r = tokio::time::timeout(ctx.sessionless_timeout, framed.next()) => r,
-        _ = outbox.cancel.cancelled() => Ok(None),
+        _ = outbox.cancelled() => Ok(None),
     };
     match first {
         Err(_) => {
@@ -175,12 +175,12 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     Ok(c) => c,
                     Err(_) => return,
                 },
-                _ = outbox.cancel.cancelled() => return,
+                _ = outbox.cancelled() => return,
             },
         };
         let item = tokio::select! {
             item = framed.next() => item,
-            _ = outbox.cancel.cancelled() => return,
+            _ = outbox.cancelled() => return,
         };
         let req = match item {
             None => return,
@@ -266,7 +266,7 @@ async fn hand_over(
             Ok(g) => g,
             Err(_) => return false,
         },
-        _ = outbox.cancel.cancelled() => return false,
+        _ = outbox.cancelled() => return false,
     };
     let permit = Permit {
         _conn: conn,
@@ -279,7 +279,7 @@ async fn hand_over(
     };
     tokio::select! {
         r = ctx.core.send(msg) => r.is_ok(),
-        _ = outbox.cancel.cancelled() => false,
+        _ = outbox.cancelled() => false,
     }
 }
 
@@ -361,7 +361,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, outbox: &Outbox) {
             Next::Write(buf) => {
                 let done = tokio::select! {
                     r = wr.write_all(&buf) => r.is_ok(),
-                    _ = outbox.cancel.cancelled() => false,
+                    _ = outbox.cancelled() => false,
                 };
                 if !done {
                     break;
@@ -371,12 +371,12 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, outbox: &Outbox) {
             Next::Wait => {
                 tokio::select! {
                     _ = outbox.wait() => {}
-                    _ = outbox.cancel.cancelled() => break,
+                    _ = outbox.cancelled() => break,
                 }
             }
         }
     }
-    outbox.cancel.cancel();
+    outbox.cancel();
     let _ = wr.shutdown().await;
 }
 
