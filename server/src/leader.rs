@@ -543,7 +543,9 @@ impl Core {
         let origin = from.0;
         let (tree, sessions) = (&self.tree, &self.sessions);
         let (replicator, proposals) = (self.replicator.as_ref(), &mut self.proposals);
-        match msg {
+        // Owns what a forwarded write's Submit borrows, for as long as the call.
+        let held: (AuthInfo, RequestFrame);
+        let submit = match msg {
             ForwardMsg::Write {
                 request,
                 session,
@@ -551,35 +553,24 @@ impl Core {
                 auth,
                 frame,
             } => match RequestFrame::decode_payload(&frame) {
-                Ok(rf) => leader.submit(
-                    tree,
-                    sessions,
-                    replicator,
-                    proposals,
-                    origin,
+                Ok(rf) => {
+                    held = (auth, rf);
                     Submit::Write {
                         request,
                         session,
                         cxid,
-                        auth: &auth,
-                        request_body: &rf.request,
-                    },
-                ),
+                        auth: &held.0,
+                        request_body: &held.1.request,
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(peer = from.0, error = %e, "a forwarded request does not decode");
-                    leader.submit(
-                        tree,
-                        sessions,
-                        replicator,
-                        proposals,
-                        origin,
-                        Submit::Error {
-                            request,
-                            session,
-                            cxid,
-                            code: ErrorCode::MarshallingError,
-                        },
-                    );
+                    Submit::Error {
+                        request,
+                        session,
+                        cxid,
+                        code: ErrorCode::MarshallingError,
+                    }
                 }
             },
             ForwardMsg::CreateSession {
@@ -587,60 +578,41 @@ impl Core {
                 session,
                 timeout_ms,
                 password,
-            } => leader.submit(
-                tree,
-                sessions,
-                replicator,
-                proposals,
-                origin,
-                Submit::CreateSession {
-                    request,
-                    session,
-                    timeout_ms,
-                    password,
-                },
-            ),
+            } => Submit::CreateSession {
+                request,
+                session,
+                timeout_ms,
+                password,
+            },
             ForwardMsg::CloseSession {
                 request,
                 session,
                 cxid,
-            } => leader.submit(
-                tree,
-                sessions,
-                replicator,
-                proposals,
-                origin,
-                Submit::CloseSession {
-                    request,
-                    session,
-                    cxid,
-                },
-            ),
+            } => Submit::CloseSession {
+                request,
+                session,
+                cxid,
+            },
             ForwardMsg::Error {
                 request,
                 session,
                 cxid,
                 code,
-            } => leader.submit(
-                tree,
-                sessions,
-                replicator,
-                proposals,
-                origin,
-                Submit::Error {
-                    request,
-                    session,
-                    cxid,
-                    code,
-                },
-            ),
-            ForwardMsg::Attach { session } => leader.attach(sessions, session, origin),
+            } => Submit::Error {
+                request,
+                session,
+                cxid,
+                code,
+            },
+            ForwardMsg::Attach { session } => return leader.attach(sessions, session, origin),
             ForwardMsg::Touch { sessions: touched } => {
                 for sid in touched {
                     leader.touch(sessions, sid);
                 }
+                return;
             }
-        }
+        };
+        leader.submit(tree, sessions, replicator, proposals, origin, submit);
     }
 
     /// Session activity: the leader refreshes the deadline at once, a follower

@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use bytes::Bytes;
 use rzk_zxid::{CounterLimit, Epoch, Zxid};
 
-use crate::message::{Entry, Message, SessionId, SessionMsg};
+use crate::message::{Entry, LearnerKind, Message, SessionId, SessionMsg};
 use crate::{PeerId, ReplicateError, Role};
 
 pub use election::Election;
@@ -204,8 +204,17 @@ pub struct TestBugs {
 pub struct Config {
     /// This peer.
     pub id: PeerId,
-    /// The voting members, including this peer.
+    /// The voting members (participants). Includes this peer unless it is an
+    /// observer. Only voters count towards any quorum (election, epoch
+    /// acceptance, NEWLEADER acknowledgements, proposal acknowledgements, the
+    /// leadership check of a `sync`).
     pub voters: BTreeSet<PeerId>,
+    /// The non-voting members (observers, ZooKeeper's `server.N=...:observer`),
+    /// this peer included if it is one. Disjoint from `voters`. An observer
+    /// never votes and is never counted in a quorum; it learns the leader from
+    /// the voters, syncs from it like a follower and then receives committed
+    /// transactions (INFORM) only. Empty by default.
+    pub observers: BTreeSet<PeerId>,
     /// The highest zxid counter a leader assigns in one epoch. The proposal that
     /// gets it is the epoch's *rollover proposal* R: every peer that makes R
     /// durable persists acceptedEpoch and currentEpoch = epoch(R)+1 before it
@@ -253,6 +262,7 @@ impl Config {
         Config {
             id,
             voters: voters.into_iter().collect(),
+            observers: BTreeSet::new(),
             counter_limit: CounterLimit::DEFAULT,
             finalize_wait: 200,
             notification_interval_min: 200,
@@ -268,6 +278,49 @@ impl Config {
             incarnation: 0,
             test_bugs: TestBugs::default(),
         }
+    }
+
+    /// The same configuration with these non-voting members (observers).
+    pub fn with_observers(mut self, observers: impl IntoIterator<Item = PeerId>) -> Config {
+        self.observers = observers.into_iter().collect();
+        self
+    }
+
+    /// The role member `id` has in this configuration, if it is a member.
+    pub fn member_kind(&self, id: PeerId) -> Option<LearnerKind> {
+        if self.voters.contains(&id) {
+            Some(LearnerKind::Participant)
+        } else if self.observers.contains(&id) {
+            Some(LearnerKind::Observer)
+        } else {
+            None
+        }
+    }
+
+    /// Whether this peer is an observer.
+    pub fn is_observer(&self) -> bool {
+        self.observers.contains(&self.id)
+    }
+
+    /// Checks the membership: at least one voter, voters and observers
+    /// disjoint, this peer one of them.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        if self.voters.is_empty() {
+            return Err(CoreError::InvalidConfig("no voting member".into()));
+        }
+        if let Some(both) = self.voters.intersection(&self.observers).next() {
+            return Err(CoreError::InvalidConfig(format!(
+                "server {} is both a voter and an observer",
+                both.0
+            )));
+        }
+        if self.member_kind(self.id).is_none() {
+            return Err(CoreError::InvalidConfig(format!(
+                "peer {} is neither a voter nor an observer",
+                self.id.0
+            )));
+        }
+        Ok(())
     }
 
     fn quorum(&self) -> usize {
@@ -622,10 +675,11 @@ impl Peer {
     /// Starts a peer from what its storage recovered. The first outputs hand the
     /// snapshot to the state machine and start an election.
     pub fn new(cfg: Config, rec: Recovered, now: Tick) -> Result<(Peer, Vec<Output>), CoreError> {
-        if !cfg.voters.contains(&cfg.id) {
+        cfg.validate()?;
+        if cfg.is_observer() {
             return Err(CoreError::InvalidConfig(format!(
-                "peer {:?} is not among the voters (observers are not supported yet)",
-                cfg.id
+                "peer {} is an observer: the core does not run observers yet",
+                cfg.id.0
             )));
         }
         if rec.epochs.current > rec.epochs.accepted {

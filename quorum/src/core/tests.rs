@@ -1349,3 +1349,31 @@ fn a_vote_for_a_server_that_is_not_a_voter_is_refused() {
         }]
     );
 }
+
+#[test]
+fn membership_names_each_members_role_and_is_checked() {
+    let c = Config::new(PeerId(4), [PeerId(1), PeerId(2), PeerId(3)]).with_observers([PeerId(4)]);
+    assert!(c.validate().is_ok());
+    assert!(c.is_observer());
+    assert_eq!(c.member_kind(PeerId(2)), Some(LearnerKind::Participant));
+    assert_eq!(c.member_kind(PeerId(4)), Some(LearnerKind::Observer));
+    assert_eq!(c.member_kind(PeerId(9)), None);
+    // Observers never count: the quorum of 3 voters + 1 observer is 2.
+    assert_eq!(c.quorum(), 2);
+    let both = Config::new(PeerId(1), [PeerId(1), PeerId(2)]).with_observers([PeerId(2)]);
+    assert!(matches!(both.validate(), Err(CoreError::InvalidConfig(_))));
+    let stranger = Config::new(PeerId(7), [PeerId(1)]).with_observers([PeerId(4)]);
+    assert!(matches!(
+        stranger.validate(),
+        Err(CoreError::InvalidConfig(_))
+    ));
+    let no_voter = Config::new(PeerId(4), []).with_observers([PeerId(4)]);
+    assert!(matches!(
+        no_voter.validate(),
+        Err(CoreError::InvalidConfig(_))
+    ));
+    // A voter of an ensemble with observers starts.
+    let voter =
+        Config::new(PeerId(1), [PeerId(1), PeerId(2), PeerId(3)]).with_observers([PeerId(4)]);
+    assert!(Peer::new(voter, Recovered::default(), Tick(0)).is_ok());
+}

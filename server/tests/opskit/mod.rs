@@ -75,15 +75,25 @@ impl Drop for Rzk {
     }
 }
 
+/// A four-letter word's answer (empty when the server cannot be reached).
+///
+/// The whole exchange is bounded (10 s): a server that accepts and never answers or
+/// closes (a JVM still starting, a wedged process) gives an empty answer, so callers
+/// that poll keep polling against their own deadline instead of hanging.
 pub async fn four_letter(addr: &str, word: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
-        return String::new();
+    let exchange = async {
+        let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+            return String::new();
+        };
+        let _ = s.write_all(word.as_bytes()).await;
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out).await;
+        out
     };
-    let _ = s.write_all(word.as_bytes()).await;
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out).await;
-    out
+    tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .unwrap_or_default()
 }
 
 /// `GET path` over HTTP/1.0 (no chunked bodies): (status, content type, body).
