@@ -113,6 +113,11 @@ pub struct ServerConfig {
     pub snap_count: u64,
     /// `autopurge.snapRetainCount`: snapshots kept (default and minimum 3).
     pub snap_retain_count: u32,
+    /// `rzk.snapshot.writeBytesPerSecMax`: the most bytes per second a local
+    /// snapshot is written at, so that its disk writes leave room for the
+    /// log's fsyncs (0: unlimited; default
+    /// [`rzk_wal::SNAPSHOT_WRITE_BYTES_PER_SEC_MAX`]).
+    pub snapshot_write_bytes_per_sec_max: Option<u64>,
     /// `4lw.commands.whitelist`.
     pub four_letter_words: FourLetterWhitelist,
     /// `zookeeper.extendedTypesEnabled`: TTL nodes (default false).
@@ -159,6 +164,14 @@ pub struct ServerConfig {
     pub secure_client_addr: Option<SocketAddr>,
     /// The `ssl.*` keys for the secure client port (see [`crate::tls`]).
     pub tls: TlsSettings,
+    /// `sslQuorum`: mutual TLS on every quorum connection (default false).
+    pub ssl_quorum: bool,
+    /// The `ssl.quorum.*` keys (see [`crate::tls::quorum_tls`]): the same
+    /// store formats as the client side; `client_auth` is always `Need`.
+    pub quorum_tls: TlsSettings,
+    /// `ssl.quorum.hostnameVerification` (default true, as ZooKeeper): a
+    /// dialed member's certificate must name the host of its `server.N` line.
+    pub quorum_hostname_verification: bool,
     /// `admin.enableServer` (default true, as ZooKeeper), `admin.serverAddress`
     /// (default all interfaces; 127.0.0.1 without a file) and
     /// `admin.serverPort` (default 8080): the AdminServer's HTTP address.
@@ -281,6 +294,7 @@ impl Default for ServerConfig {
             sessionless_timeout_ms: 10_000,
             snap_count: 100_000,
             snap_retain_count: 3,
+            snapshot_write_bytes_per_sec_max: rzk_wal::SNAPSHOT_WRITE_BYTES_PER_SEC_MAX,
             four_letter_words: FourLetterWhitelist::default(),
             extended_types_enabled: false,
             jute_max_buffer: JUTE_MAX_BUFFER_DEFAULT,
@@ -297,6 +311,9 @@ impl Default for ServerConfig {
             zxid_counter_limit: u32::MAX,
             secure_client_addr: None,
             tls: TlsSettings::default(),
+            ssl_quorum: false,
+            quorum_tls: TlsSettings::default(),
+            quorum_hostname_verification: true,
             admin_addr: Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080)),
             admin_command_url: "/commands".to_owned(),
             metrics_addr: None,
@@ -424,7 +441,10 @@ impl ServerConfig {
         let mut secure_ip = None;
         let mut http = HttpKeys::default();
         for s in &settings {
-            if cfg.apply_tls(s, &mut secure_port, &mut secure_ip)? || http.apply(s)? {
+            if cfg.apply_tls(s, &mut secure_port, &mut secure_ip)?
+                || cfg.apply_quorum_tls(s)?
+                || http.apply(s)?
+            {
                 continue;
             }
             cfg.apply(s, &mut min_timeout, &mut max_timeout, &mut data_log_dir)?;
@@ -485,6 +505,10 @@ impl ServerConfig {
             "rzk.connection.outstandingMax" => self.connection_outstanding_max = positive(s)?,
             "rzk.connection.outgoingBytesMax" => self.connection_outgoing_bytes_max = positive(s)?,
             "snapCount" => self.snap_count = at_least(s, 2)?,
+            "rzk.snapshot.writeBytesPerSecMax" => {
+                let n: u64 = number(s)?;
+                self.snapshot_write_bytes_per_sec_max = (n > 0).then_some(n);
+            }
             "zookeeper.nio.sessionlessCnxnTimeout" => self.sessionless_timeout_ms = positive(s)?,
             "autopurge.snapRetainCount" => {
                 let n: u32 = number(s)?;
@@ -620,6 +644,73 @@ impl ServerConfig {
                 ));
             }
             _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The quorum TLS keys (`sslQuorum`, `ssl.quorum.*`); `Ok(false)` for any
+    /// other key.
+    fn apply_quorum_tls(&mut self, s: &Setting) -> Result<bool, ConfigError> {
+        let key = s.key.strip_prefix("zookeeper.").unwrap_or(&s.key);
+        let v = s.value.as_str();
+        if key == "sslQuorum" {
+            self.ssl_quorum = boolean(s)?;
+            return Ok(true);
+        }
+        if key == "portUnification" || key == "sslQuorumReloadCertFiles" {
+            self.warnings.push(format!(
+                "{}: {} is not supported by rzk's quorum port; ignored",
+                s.origin, s.key
+            ));
+            return Ok(true);
+        }
+        let Some(sub) = key.strip_prefix("ssl.quorum.") else {
+            return Ok(false);
+        };
+        let list = || -> Vec<String> {
+            v.split(',')
+                .map(|x| x.trim().to_owned())
+                .filter(|x| !x.is_empty())
+                .collect()
+        };
+        let tls = &mut self.quorum_tls;
+        match sub {
+            "keyStore.location" => tls.key_store.location = Some(path(s)?),
+            "keyStore.password" => tls.key_store.password = Some(v.to_owned()),
+            "keyStore.type" => tls.key_store.kind = Some(store_type(s)?),
+            "trustStore.location" => tls.trust_store.location = Some(path(s)?),
+            "trustStore.password" => tls.trust_store.password = Some(v.to_owned()),
+            "trustStore.type" => tls.trust_store.kind = Some(store_type(s)?),
+            "protocol" => tls.protocol = Some(tls_version(s, v)?),
+            "enabledProtocols" => {
+                let versions = list()
+                    .iter()
+                    .map(|p| tls_version(s, p))
+                    .collect::<Result<Vec<_>, _>>()?;
+                tls.enabled_protocols = Some(versions);
+            }
+            "ciphersuites" => tls.ciphersuites = Some(list()),
+            "hostnameVerification" => self.quorum_hostname_verification = boolean(s)?,
+            "clientAuth" => {
+                // Members always authenticate each other: a weaker setting
+                // would let anyone with network access vote.
+                if !v.trim().eq_ignore_ascii_case("need") {
+                    return Err(invalid(
+                        s,
+                        "rzk's quorum TLS is always mutual: only need is accepted",
+                    ));
+                }
+            }
+            "crl" | "ocsp" | "handshakeDetectionTimeoutMillis" => {
+                self.warnings.push(format!(
+                    "{}: {} is not supported by rzk's quorum port; ignored",
+                    s.origin, s.key
+                ));
+            }
+            _ => self.warnings.push(format!(
+                "{}: unknown quorum TLS key {:?}; ignored",
+                s.origin, s.key
+            )),
         }
         Ok(true)
     }
@@ -1067,6 +1158,15 @@ mod tests {
     }
 
     #[test]
+    fn snapshot_write_rate_is_a_byte_count_and_zero_lifts_it() {
+        let cfg = ServerConfig::parse("rzk.snapshot.writeBytesPerSecMax=1048576").unwrap();
+        assert_eq!(cfg.snapshot_write_bytes_per_sec_max, Some(1 << 20));
+        let cfg = ServerConfig::parse("rzk.snapshot.writeBytesPerSecMax=0").unwrap();
+        assert_eq!(cfg.snapshot_write_bytes_per_sec_max, None);
+        assert!(ServerConfig::parse("rzk.snapshot.writeBytesPerSecMax=-1").is_err());
+    }
+
+    #[test]
     fn force_sync_no_is_the_unsafe_switch() {
         assert!(ServerConfig::parse("forceSync=no").unwrap().unsafe_no_fsync);
         assert!(
@@ -1174,6 +1274,46 @@ mod tests {
             ServerConfig::parse("").unwrap().tls.client_auth,
             ClientAuth::Need
         );
+    }
+
+    #[test]
+    fn quorum_tls_keys_fill_their_own_settings() {
+        let cfg = ServerConfig::parse(
+            "sslQuorum=true\nssl.quorum.keyStore.location=/k/member.pem\n\
+             zookeeper.ssl.quorum.trustStore.location=/k/ca.pem\nssl.quorum.keyStore.password=pw\n\
+             ssl.quorum.protocol=TLSv1.3\nssl.quorum.enabledProtocols=TLSv1.2,TLSv1.3\n\
+             ssl.quorum.ciphersuites=TLS_AES_128_GCM_SHA256\nssl.quorum.hostnameVerification=false\n\
+             ssl.quorum.clientAuth=need\nportUnification=true\n",
+        )
+        .unwrap();
+        assert!(cfg.ssl_quorum);
+        let q = &cfg.quorum_tls;
+        assert_eq!(
+            q.key_store.location.as_deref(),
+            Some(Path::new("/k/member.pem"))
+        );
+        assert_eq!(
+            q.trust_store.location.as_deref(),
+            Some(Path::new("/k/ca.pem"))
+        );
+        assert_eq!(q.key_store.password.as_deref(), Some("pw"));
+        assert_eq!(q.protocol.as_deref(), Some("TLSv1.3"));
+        assert_eq!(q.enabled_protocols.as_ref().unwrap().len(), 2);
+        assert_eq!(q.ciphersuites.as_ref().unwrap().len(), 1);
+        assert!(!cfg.quorum_hostname_verification);
+        // The client port's settings are untouched.
+        assert_eq!(cfg.tls, TlsSettings::default());
+        assert!(cfg.warnings.iter().any(|w| w.contains("portUnification")));
+        for bad in [
+            "ssl.quorum.clientAuth=want",
+            "ssl.quorum.protocol=SSLv3",
+            "ssl.quorum.keyStore.type=XML",
+            "sslQuorum=maybe",
+        ] {
+            let err = ServerConfig::parse(bad).unwrap_err().to_string();
+            let key = bad.split('=').next().unwrap();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -179,6 +179,7 @@ impl Membership {
 fn wal_options(config: &ServerConfig) -> WalOptions {
     let mut wal = WalOptions {
         snap_retain_count: config.snap_retain_count as usize,
+        snapshot_write_bytes_per_sec_max: config.snapshot_write_bytes_per_sec_max,
         ..WalOptions::default()
     };
     wal.log.unsafe_no_fsync = config.unsafe_no_fsync;
@@ -272,7 +273,16 @@ pub async fn open_replicator(
                     })?
             }
         };
-        let grpc = GrpcConfig::new(PeerId(membership.id), peers);
+        let mut grpc = GrpcConfig::new(PeerId(membership.id), peers);
+        // sslQuorum (issue 16): a bad store stops the start with its reason.
+        grpc.tls = crate::tls::quorum_tls(
+            config,
+            membership
+                .peers
+                .iter()
+                .map(|(id, (h, _))| (*id, h.as_str())),
+        )
+        .map_err(|e| ReplicationError::Config(format!("sslQuorum: {e}")))?;
         let (transport, inbox) =
             GrpcTransport::start(grpc, listener).map_err(|e| ReplicationError::Listen {
                 addr: format!("{:?}", membership.quorum_addr),
