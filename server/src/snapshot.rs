@@ -9,8 +9,12 @@ use tokio::sync::mpsc;
 use crate::core::{snapshot_trigger, Core, Serving};
 use crate::tree::{DataTree, SessionRecord};
 
-/// Nodes a snapshot writes per step when the core is otherwise idle.
-const SNAPSHOT_STEP_NODES: usize = 4096;
+/// Nodes a snapshot writes per step when the core is otherwise idle. Small,
+/// because a request that arrives during a step waits for it: at 1 request in
+/// flight per session every such wait is lost throughput (4096 nodes, about a
+/// millisecond, cost creates a quarter of their rate while snapshots ran;
+/// BENCHMARKS.md, "rzk-server restart and snapshots").
+const SNAPSHOT_STEP_NODES: usize = 256;
 /// Nodes a snapshot writes per applied txn, so that it finishes under a
 /// load that never leaves the core idle.
 const SNAPSHOT_NODES_PER_TXN: usize = 64;
