@@ -15,14 +15,14 @@ use rzk_wire::server::Incoming;
 use rzk_wire::{ServerCodec, WireError};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::codec::Decoder;
 
 use crate::acl::AuthInfo;
 use crate::config::FourLetterWhitelist;
 use crate::core::{CoreMsg, Permit, Req};
 use crate::fourlw;
-use crate::outbox::{Next, Outbox};
+use crate::outbox::{ConnSlot, Next, Outbox};
 use crate::watch::ConnId;
 
 /// The room a read starts with once bytes are waiting. A larger frame makes
@@ -74,7 +74,7 @@ pub(crate) async fn serve_split<R, W>(
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send,
 {
-    let outbox = Arc::new(Outbox::new(ctx.outgoing_bytes_max));
+    let outbox = Arc::new(Outbox::new(ctx.outgoing_bytes_max, ctx.outstanding_max));
     let mut framed = FrameReader::new(rd, ServerCodec::with_frame_bytes_max(ctx.frame_bytes_max));
     // The first frame before the writer starts: it only queues into the
     // outbox. Boxed: its wait (a timer) and its hand-over (a whole
@@ -96,7 +96,7 @@ async fn read_side<R: AsyncRead + Unpin>(
     peer: &SocketAddr,
     id: ConnId,
     ctx: &ConnCtx,
-    outbox: &Outbox,
+    outbox: &Arc<Outbox>,
 ) {
     if registered {
         read_loop(framed, peer, id, ctx, outbox).await;
@@ -162,22 +162,18 @@ async fn read_loop<R: AsyncRead + Unpin>(
     peer: &SocketAddr,
     id: ConnId,
     ctx: &ConnCtx,
-    outbox: &Outbox,
+    outbox: &Arc<Outbox>,
 ) {
-    let conn_slots = Arc::new(Semaphore::new(ctx.outstanding_max.max(1)));
     loop {
         // Backpressure: a connection with `outstandingMax` requests in flight
         // is not read until one is answered (I7). Only its own slot is taken
         // before reading, so an idle connection holds nothing anyone else needs.
-        let conn_permit = match conn_slots.clone().try_acquire_owned() {
-            Ok(c) => c,
+        let conn_permit = match outbox.try_slot() {
+            Some(c) => c,
             // Boxed, as every wait that is not the idle one: only a
             // connection that waits holds its state (issue 15).
-            Err(_) => tokio::select! {
-                c = Box::pin(conn_slots.clone().acquire_owned()) => match c {
-                    Ok(c) => c,
-                    Err(_) => return,
-                },
+            None => tokio::select! {
+                c = Box::pin(outbox.slot()) => c,
                 _ = outbox.cancelled() => return,
             },
         };
@@ -223,10 +219,10 @@ enum HandOver {
     /// The core is gone.
     Closed,
     /// No server slot or no room in the core's queue: the request back.
-    Wait(Req, OwnedSemaphorePermit),
+    Wait(Req, ConnSlot),
 }
 
-fn try_hand_over(ctx: &ConnCtx, id: ConnId, req: Req, conn: OwnedSemaphorePermit) -> HandOver {
+fn try_hand_over(ctx: &ConnCtx, id: ConnId, req: Req, conn: ConnSlot) -> HandOver {
     let Ok(global) = ctx.global.clone().try_acquire_owned() else {
         return HandOver::Wait(req, conn);
     };
@@ -257,13 +253,7 @@ fn try_hand_over(ctx: &ConnCtx, id: ConnId, req: Req, conn: OwnedSemaphorePermit
 /// connection, and once as many sessions as the limit were open a new one
 /// waited for another's ping (issue 15). Waiting here holds this connection's
 /// slot only, which no other request needs.
-async fn hand_over(
-    ctx: &ConnCtx,
-    outbox: &Outbox,
-    id: ConnId,
-    req: Req,
-    conn: OwnedSemaphorePermit,
-) -> bool {
+async fn hand_over(ctx: &ConnCtx, outbox: &Outbox, id: ConnId, req: Req, conn: ConnSlot) -> bool {
     let global = tokio::select! {
         g = ctx.global.clone().acquire_owned() => match g {
             Ok(g) => g,
