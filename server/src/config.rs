@@ -74,6 +74,21 @@ pub struct PeerSpec {
     pub role: PeerRole,
     /// The client address, if the line gives one.
     pub client: Option<(String, u16)>,
+    /// Where the line is (`zoo.cfg line 12`, `command line`), for errors.
+    pub origin: String,
+}
+
+/// `peerType=observer|participant`: the role a member's own zoo.cfg gives it.
+/// It must agree with the member's own `server.N` line (see
+/// `Membership::of`); ZooKeeper 3.8 only warns and follows the line, rzk
+/// refuses to start, since a member that votes where its operator meant it
+/// to observe changes the quorum size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerType {
+    /// The role it names.
+    pub role: PeerRole,
+    /// Where it is set.
+    pub origin: String,
 }
 
 /// The whole server configuration, with every default filled in.
@@ -145,6 +160,9 @@ pub struct ServerConfig {
     pub sync_limit: u32,
     /// `server.N=` lines, by server id. Empty for standalone.
     pub servers: BTreeMap<u64, PeerSpec>,
+    /// `peerType`, when the configuration sets it (ZooKeeper's default is
+    /// participant).
+    pub peer_type: Option<PeerType>,
     /// This member's id when given on the command line (`--id N`); otherwise
     /// `myid` in the data directory (1 standalone).
     pub my_id: Option<u64>,
@@ -306,6 +324,7 @@ impl Default for ServerConfig {
             init_limit: 10,
             sync_limit: 5,
             servers: BTreeMap::new(),
+            peer_type: None,
             my_id: None,
             log_format: crate::logging::LogFormat::Text,
             zxid_counter_limit: u32::MAX,
@@ -558,6 +577,17 @@ impl ServerConfig {
                     ));
                 }
             }
+            "peerType" => {
+                let role = match s.value.to_ascii_lowercase().as_str() {
+                    "observer" => PeerRole::Observer,
+                    "participant" => PeerRole::Participant,
+                    _ => return Err(invalid(s, "expected observer or participant")),
+                };
+                self.peer_type = Some(PeerType {
+                    role,
+                    origin: s.origin.clone(),
+                });
+            }
             "initLimit" => self.init_limit = positive(s)?,
             "syncLimit" => self.sync_limit = positive(s)?,
             key if key.starts_with("server.") => {
@@ -722,6 +752,7 @@ impl ServerConfig {
                 self.min_session_timeout_ms, self.max_session_timeout_ms
             )));
         }
+        self.validate_roles()?;
         let mut seen = BTreeMap::new();
         for (id, peer) in &self.servers {
             if peer.quorum_port == peer.election_port {
@@ -736,6 +767,46 @@ impl ServerConfig {
                         peer.host
                     )));
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ServerConfig {
+    /// Observers need a quorum of voters to follow (ZooKeeper 3.8's rules:
+    /// "Observers w/o participants" and, with one participant, "Observers w/o
+    /// quorum" are invalid), and `peerType=observer` needs an ensemble. That
+    /// `peerType` agrees with this member's own line needs `myid`: it is
+    /// checked where the membership is read (`Membership::of`).
+    fn validate_roles(&self) -> Result<(), ConfigError> {
+        let observers: Vec<String> = self
+            .servers
+            .iter()
+            .filter(|(_, p)| p.role == PeerRole::Observer)
+            .map(|(id, p)| format!("server.{id} ({})", p.origin))
+            .collect();
+        let voters = self.servers.len() - observers.len();
+        if !observers.is_empty() && voters < 2 {
+            return Err(ConfigError::Inconsistent(format!(
+                "{} observer(s) ({}) but {voters} participant(s): observers need an ensemble \
+                 of at least two participants to follow (ZooKeeper: \"Observers w/o {}\")",
+                observers.len(),
+                observers.join(", "),
+                if voters == 0 {
+                    "participants"
+                } else {
+                    "quorum"
+                }
+            )));
+        }
+        if let Some(t) = &self.peer_type {
+            if t.role == PeerRole::Observer && self.servers.is_empty() {
+                return Err(ConfigError::Inconsistent(format!(
+                    "{}: peerType=observer but there are no server.N lines: an observer \
+                     needs an ensemble to follow",
+                    t.origin
+                )));
             }
         }
         Ok(())
@@ -1033,6 +1104,7 @@ fn peer_spec(s: &Setting) -> Result<PeerSpec, ConfigError> {
         election_port: port_of(parts[2])?,
         role,
         client,
+        origin: s.origin.clone(),
     })
 }
 
@@ -1068,7 +1140,8 @@ mod tests {
              4lw.commands.whitelist=ruok, mntr ,srvr\n\
              zookeeper.extendedTypesEnabled=true\n\
              server.1=zk1:2888:3888\n\
-             server.2=zk2:2888:3888:observer;127.0.0.1:2181\n",
+             server.2=zk2:2888:3888:observer;127.0.0.1:2181\n\
+             server.3=zk3:2888:3888:participant\n",
         )
         .unwrap();
         assert_eq!(cfg.tick_time_ms, 3000);
@@ -1357,5 +1430,58 @@ mod tests {
         );
         let no_file = ServerConfig::load(None, &[]).unwrap();
         assert_eq!(no_file.admin_addr, Some("127.0.0.1:8080".parse().unwrap()));
+    }
+
+    // Observers (issue 12): ZooKeeper 3.8's QuorumPeerConfig rules, and
+    // stricter where ZooKeeper only warns.
+
+    #[test]
+    fn peer_type_is_read_with_its_line() {
+        let cfg = ServerConfig::parse(
+            "server.1=a:1:2\nserver.2=b:1:2\nserver.3=c:1:2:observer\npeerType=observer\n",
+        )
+        .unwrap();
+        let t = cfg.peer_type.unwrap();
+        assert_eq!(
+            (t.role, t.origin.as_str()),
+            (PeerRole::Observer, "config line 4")
+        );
+        assert_eq!(cfg.servers[&3].origin, "config line 3");
+        let cfg = ServerConfig::parse("peerType=PARTICIPANT\n").unwrap();
+        assert_eq!(cfg.peer_type.unwrap().role, PeerRole::Participant);
+        assert_eq!(ServerConfig::parse("").unwrap().peer_type, None);
+        let err = ServerConfig::parse("peerType=witness\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("config line 1") && err.contains("peerType") && err.contains("observer"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn observers_without_two_participants_are_refused_naming_their_lines() {
+        for (text, zk) in [
+            ("server.1=a:1:2:observer\n", "w/o participants"),
+            ("server.1=a:1:2\nserver.2=b:1:2:observer\n", "w/o quorum"),
+        ] {
+            let err = ServerConfig::parse(text).unwrap_err().to_string();
+            assert!(err.contains(zk), "{text}: {err}");
+            assert!(err.contains("observer(s) (server."), "{text}: {err}");
+            assert!(err.contains("line"), "{text}: {err}");
+        }
+        let two = "server.1=a:1:2\nserver.2=b:1:2\nserver.3=c:1:2:observer\n";
+        assert!(ServerConfig::parse(two).is_ok());
+    }
+
+    #[test]
+    fn peer_type_observer_without_an_ensemble_is_refused() {
+        let err = ServerConfig::parse("clientPort=2181\npeerType=observer\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("config line 2") && err.contains("no server.N lines"),
+            "{err}"
+        );
     }
 }
