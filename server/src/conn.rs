@@ -15,7 +15,7 @@ use rzk_wire::server::Incoming;
 use rzk_wire::{ServerCodec, WireError};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio_util::codec::Decoder;
 
 use crate::acl::AuthInfo;
@@ -91,11 +91,34 @@ async fn read_side<R: AsyncRead + Unpin>(
     outbox: &Arc<Outbox>,
 ) {
     let mut framed = FrameReader::new(rd, ServerCodec::with_frame_bytes_max(ctx.frame_bytes_max));
+    // Boxed: the first frame's wait (a timer) and its hand-over (a whole
+    // ConnectRequest) are large and happen once; held inline they would be
+    // part of every connection's task for as long as it lives (issue 15).
+    let registered = Box::pin(first_frame(&mut framed, peer, auth, id, ctx, outbox)).await;
+    if registered {
+        read_loop(&mut framed, peer, id, ctx, outbox).await;
+        if let Ok(slot) = ctx.core.reserve().await {
+            slot.send(CoreMsg::Closed { conn: id });
+        }
+    }
+    outbox.close_after_flush();
+}
+
+/// Reads and hands over the connection's first frame; true if it was a
+/// ConnectRequest that the core took (the connection then carries a session).
+async fn first_frame<R: AsyncRead + Unpin>(
+    framed: &mut FrameReader<R>,
+    peer: SocketAddr,
+    auth: AuthInfo,
+    id: ConnId,
+    ctx: &ConnCtx,
+    outbox: &Arc<Outbox>,
+) -> bool {
     let first = tokio::select! {
         r = tokio::time::timeout(ctx.sessionless_timeout, framed.next()) => r,
-        _ = outbox.cancel.cancelled() => Ok(None),
+        _ = outbox.cancelled() => Ok(None),
     };
-    let registered = match first {
+    match first {
         Err(_) => {
             tracing::info!(%peer, "no ConnectRequest within the sessionless timeout: closing");
             false
@@ -128,12 +151,7 @@ async fn read_side<R: AsyncRead + Unpin>(
             ctx.core.send(msg).await.is_ok()
         }
         Ok(Some(Ok(_))) => false,
-    };
-    if registered {
-        read_loop(&mut framed, peer, id, ctx, outbox).await;
-        let _ = ctx.core.send(CoreMsg::Closed { conn: id }).await;
     }
-    outbox.close_after_flush();
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(
@@ -150,17 +168,19 @@ async fn read_loop<R: AsyncRead + Unpin>(
         // before reading, so an idle connection holds nothing anyone else needs.
         let conn_permit = match conn_slots.clone().try_acquire_owned() {
             Ok(c) => c,
+            // Boxed, as every wait that is not the idle one: only a
+            // connection that waits holds its state (issue 15).
             Err(_) => tokio::select! {
-                c = conn_slots.clone().acquire_owned() => match c {
+                c = Box::pin(conn_slots.clone().acquire_owned()) => match c {
                     Ok(c) => c,
                     Err(_) => return,
                 },
-                _ = outbox.cancel.cancelled() => return,
+                _ = outbox.cancelled() => return,
             },
         };
         let item = tokio::select! {
             item = framed.next() => item,
-            _ = outbox.cancel.cancelled() => return,
+            _ = outbox.cancelled() => return,
         };
         let req = match item {
             None => return,
@@ -178,38 +198,88 @@ async fn read_loop<R: AsyncRead + Unpin>(
             Some(Ok(Incoming::UnknownOpCode { xid, .. })) => Req::Unknown { xid },
             Some(Ok(Incoming::Connect(_) | Incoming::FourLetterWord(_))) => return,
         };
-        // The server's slot is taken only once a request is in hand:
-        // `globalOutstandingLimit` counts requests in flight, never connections
-        // (as ZooKeeper's does). Taken before reading, it was held by every idle
-        // connection, and once as many sessions as the limit were open a new
-        // one waited for another's ping (issue 15). Waiting here holds this
-        // connection's slot only, which no other request needs.
-        let global = match ctx.global.clone().try_acquire_owned() {
-            Ok(g) => g,
-            Err(_) => tokio::select! {
-                g = ctx.global.clone().acquire_owned() => match g {
-                    Ok(g) => g,
-                    Err(_) => return,
-                },
-                _ = outbox.cancel.cancelled() => return,
-            },
+        // Handed over at once when it can be; a request that must wait is
+        // moved into a boxed future, so that the task's state does not hold
+        // a request inline while idle (issue 15: the task's size).
+        let sent = match try_hand_over(ctx, id, req, conn_permit) {
+            HandOver::Sent => true,
+            HandOver::Closed => false,
+            HandOver::Wait(req, conn_permit) => {
+                Box::pin(hand_over(ctx, outbox, id, req, conn_permit)).await
+            }
         };
-        let permit = Permit {
-            _conn: conn_permit,
-            _global: global,
-        };
-        if ctx
-            .core
-            .send(CoreMsg::Request {
+        if !sent {
+            return;
+        }
+    }
+}
+
+/// What became of a request that was to be handed over without waiting.
+enum HandOver {
+    Sent,
+    /// The core is gone.
+    Closed,
+    /// No server slot or no room in the core's queue: the request back.
+    Wait(Req, OwnedSemaphorePermit),
+}
+
+fn try_hand_over(ctx: &ConnCtx, id: ConnId, req: Req, conn: OwnedSemaphorePermit) -> HandOver {
+    let Ok(global) = ctx.global.clone().try_acquire_owned() else {
+        return HandOver::Wait(req, conn);
+    };
+    match ctx.core.try_reserve() {
+        Ok(slot) => {
+            let permit = Permit {
+                _conn: conn,
+                _global: global,
+            };
+            slot.send(CoreMsg::Request {
                 conn: id,
                 req,
                 permit,
-            })
-            .await
-            .is_err()
-        {
-            return;
+            });
+            HandOver::Sent
         }
+        Err(mpsc::error::TrySendError::Full(())) => HandOver::Wait(req, conn),
+        Err(mpsc::error::TrySendError::Closed(())) => HandOver::Closed,
+    }
+}
+
+/// Hands a request over once a server slot and room in the core's queue are
+/// free; false if the connection or the core ended meanwhile.
+///
+/// The server's slot is taken only once a request is in hand:
+/// `globalOutstandingLimit` counts requests in flight, never connections (as
+/// ZooKeeper's does). Taken before reading, it was held by every idle
+/// connection, and once as many sessions as the limit were open a new one
+/// waited for another's ping (issue 15). Waiting here holds this connection's
+/// slot only, which no other request needs.
+async fn hand_over(
+    ctx: &ConnCtx,
+    outbox: &Outbox,
+    id: ConnId,
+    req: Req,
+    conn: OwnedSemaphorePermit,
+) -> bool {
+    let global = tokio::select! {
+        g = ctx.global.clone().acquire_owned() => match g {
+            Ok(g) => g,
+            Err(_) => return false,
+        },
+        _ = outbox.cancelled() => return false,
+    };
+    let permit = Permit {
+        _conn: conn,
+        _global: global,
+    };
+    let msg = CoreMsg::Request {
+        conn: id,
+        req,
+        permit,
+    };
+    tokio::select! {
+        r = ctx.core.send(msg) => r.is_ok(),
+        _ = outbox.cancelled() => false,
     }
 }
 
@@ -291,7 +361,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, outbox: &Outbox) {
             Next::Write(buf) => {
                 let done = tokio::select! {
                     r = wr.write_all(&buf) => r.is_ok(),
-                    _ = outbox.cancel.cancelled() => false,
+                    _ = outbox.cancelled() => false,
                 };
                 if !done {
                     break;
@@ -301,11 +371,48 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, outbox: &Outbox) {
             Next::Wait => {
                 tokio::select! {
                     _ = outbox.wait() => {}
-                    _ = outbox.cancel.cancelled() => break,
+                    _ = outbox.cancelled() => break,
                 }
             }
         }
     }
-    outbox.cancel.cancel();
+    outbox.cancel();
     let _ = wr.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    fn test_ctx() -> (Arc<ConnCtx>, mpsc::Receiver<CoreMsg>) {
+        let (core, rx) = mpsc::channel(16);
+        let ctx = ConnCtx {
+            core,
+            global: Arc::new(Semaphore::new(16)),
+            outstanding_max: 4,
+            outgoing_bytes_max: 1 << 20,
+            frame_bytes_max: 1 << 20,
+            sessionless_timeout: Duration::from_secs(10),
+            whitelist: FourLetterWhitelist::default(),
+        };
+        (Arc::new(ctx), rx)
+    }
+
+    /// Tokio allocates a task's whole future when it is spawned, for as long
+    /// as the connection lives: an idle session pays for the largest state of
+    /// its connection's future, even one it passed through once (issue 15).
+    /// The bound is for the unoptimised test build (a release build's future
+    /// is smaller); the first frame's wait and hand-over held inline made it
+    /// 1,800 bytes, a request waiting inline for a slot 1,392.
+    #[tokio::test]
+    async fn a_connection_task_stays_small() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (stream, peer) = l.accept().await.unwrap();
+        let (ctx, _core) = test_ctx();
+        let task = serve(stream, peer, 1, ctx);
+        let bytes = std::mem::size_of_val(&task);
+        assert!(bytes <= 1_300, "a connection's future is {bytes} bytes");
+    }
 }

@@ -692,34 +692,26 @@ enum ServerOutcome {
 
 const REQUEST_FRAME_MAX: usize = 4096;
 
-/// Feeds a ConnectRequest and then `cases` (framed, in chunks of `chunk` bytes,
-/// 0 = all at once) to a ServerCodec and checks, frame by frame: exactly one item
-/// per frame, with the frame's xid and opcode; an accepted request re-encodes to
-/// the same request (and is the original when unmutated); a Malformed or unknown
-/// opcode leaves the codec decoding the next frame; a framing error (a payload
-/// shorter than the 8-byte header, or over the limit) fails the codec, which
-/// then ignores everything (the connection closes, doc §7.15). Returns the
-/// outcome of each frame decoded.
-fn check_server_stream(cases: &[RequestCase], chunk: usize) -> Vec<ServerOutcome> {
-    let mut stream = BytesMut::new();
-    ClientCodec::new()
-        .encode(
-            ConnectRequest {
-                protocol_version: 0,
-                last_zxid_seen: Zxid::ZERO,
-                timeout_ms: 0,
-                session_id: SessionId::NONE,
-                passwd: Bytes::from_static(&[0; 16]),
-                read_only: Some(false),
-            },
-            &mut stream,
-        )
-        .unwrap();
-    for c in cases {
-        stream.extend_from_slice(&(c.payload.len() as i32).to_be_bytes());
-        stream.extend_from_slice(&c.payload);
+/// Appends each payload to `stream` as a frame (4-byte length first), feeds the
+/// stream to `codec` in chunks of `chunk` bytes (0 = all at once), and returns
+/// every item and error in order. Checks what holds for both codecs: nothing
+/// after the first error (a failed codec ignores everything and keeps nothing
+/// buffered) and nothing left over at the end.
+fn decode_frames<'a, C>(
+    mut codec: C,
+    mut stream: BytesMut,
+    payloads: impl Iterator<Item = &'a [u8]>,
+    chunk: usize,
+) -> Vec<Result<C::Item, C::Error>>
+where
+    C: Decoder,
+    C::Item: std::fmt::Debug,
+    C::Error: std::fmt::Display,
+{
+    for p in payloads {
+        stream.extend_from_slice(&(p.len() as i32).to_be_bytes());
+        stream.extend_from_slice(p);
     }
-    let mut codec = ServerCodec::with_frame_bytes_max(REQUEST_FRAME_MAX);
     let mut items = Vec::new();
     let mut src = BytesMut::new();
     let step = if chunk == 0 { stream.len() } else { chunk };
@@ -748,7 +740,35 @@ fn check_server_stream(cases: &[RequestCase], chunk: usize) -> Vec<ServerOutcome
         matches!(codec.decode_eof(&mut src), Ok(None)),
         "nothing left over"
     );
-    let mut items = items.into_iter();
+    items
+}
+
+/// Feeds a ConnectRequest and then `cases` (framed, in chunks of `chunk` bytes,
+/// 0 = all at once) to a ServerCodec and checks, frame by frame: exactly one item
+/// per frame, with the frame's xid and opcode; an accepted request re-encodes to
+/// the same request (and is the original when unmutated); a Malformed or unknown
+/// opcode leaves the codec decoding the next frame; a framing error (a payload
+/// shorter than the 8-byte header, or over the limit) fails the codec, which
+/// then ignores everything (the connection closes, doc §7.15). Returns the
+/// outcome of each frame decoded.
+fn check_server_stream(cases: &[RequestCase], chunk: usize) -> Vec<ServerOutcome> {
+    let mut stream = BytesMut::new();
+    ClientCodec::new()
+        .encode(
+            ConnectRequest {
+                protocol_version: 0,
+                last_zxid_seen: Zxid::ZERO,
+                timeout_ms: 0,
+                session_id: SessionId::NONE,
+                passwd: Bytes::from_static(&[0; 16]),
+                read_only: Some(false),
+            },
+            &mut stream,
+        )
+        .unwrap();
+    let payloads = cases.iter().map(|c| &c.payload[..]);
+    let codec = ServerCodec::with_frame_bytes_max(REQUEST_FRAME_MAX);
+    let mut items = decode_frames(codec, stream, payloads, chunk).into_iter();
     assert!(matches!(
         items.next(),
         Some(Ok(server::Incoming::Connect(_)))
@@ -872,41 +892,10 @@ enum ClientOutcome {
 /// decoding it as any other opcode never panics; after a codec error (a header
 /// or notification ZooKeeper would never send) the codec ignores everything.
 fn check_client_stream(cases: &[ReplyCase], chunk: usize) -> Vec<ClientOutcome> {
-    let mut stream = encode_connect_response();
-    for c in cases {
-        stream.extend_from_slice(&(c.payload.len() as i32).to_be_bytes());
-        stream.extend_from_slice(&c.payload);
-    }
-    let mut codec = ClientCodec::with_limits(64 * 1024, 64 * 1024);
-    let mut items = Vec::new();
-    let mut src = BytesMut::new();
-    let step = if chunk == 0 { stream.len() } else { chunk };
-    let mut failed = false;
-    for piece in stream.chunks(step) {
-        src.extend_from_slice(piece);
-        loop {
-            match codec.decode(&mut src) {
-                Ok(Some(item)) => {
-                    assert!(!failed, "an item after the codec failed: {item:?}");
-                    items.push(Ok(item));
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    assert!(!failed, "a second error: {e}");
-                    failed = true;
-                    items.push(Err(e));
-                }
-            }
-        }
-        if failed {
-            assert!(src.is_empty(), "a failed codec keeps nothing buffered");
-        }
-    }
-    assert!(
-        matches!(codec.decode_eof(&mut src), Ok(None)),
-        "nothing left over"
-    );
-    let mut items = items.into_iter();
+    let stream = encode_connect_response();
+    let payloads = cases.iter().map(|c| &c.payload[..]);
+    let codec = ClientCodec::with_limits(64 * 1024, 64 * 1024);
+    let mut items = decode_frames(codec, stream, payloads, chunk).into_iter();
     assert!(matches!(
         items.next(),
         Some(Ok(client::Incoming::Connect(_)))
