@@ -1,6 +1,8 @@
 """Runs the interop suite against Apache ZooKeeper 3.8 and, when it exists, against rzk, and
 compares the two; standalone (one server each), as an ensemble of three members each (the
-suite gets a connect string of all three), or both (--mode).
+suite gets a connect string of all three), through an observer (three voters and one
+observer each; the suite gets the observer's address alone), or standalone and ensemble
+(--mode all).
 
 The rule for rzk: if `server/src/main.rs` does not exist, the rzk server has not been
 written yet and the suite runs against Apache ZooKeeper only (this is the one case in
@@ -41,6 +43,12 @@ MODES = {
         RZK: servers.start_rzk_ensemble,
         "suffix": f" x{servers.ENSEMBLE_SIZE}",
     },
+    # Three voters and one observer; the suite's connect string is the observer's alone.
+    "observer": {
+        ZK: servers.start_zookeeper_observer,
+        RZK: servers.start_rzk_observer,
+        "suffix": f" {servers.ENSEMBLE_SIZE}+{servers.OBSERVERS} via observer",
+    },
 }
 
 OUTCOMES = ("passed", "failed", "error", "skipped")
@@ -75,7 +83,8 @@ def parse_junit(path):
 def run_suite(label, server, work_dir, pytest_args):
     """Runs pytest against `server`; returns {test id: outcome}."""
     slug = ("zookeeper" if label.startswith(ZK) else "rzk") + (
-        "-ensemble" if len(server.members) > 1 else ""
+        "-observer" if getattr(server, "expect_mode", None) == "observer"
+        else "-ensemble" if len(server.members) > 1 else ""
     )
     junit = os.path.join(work_dir, f"{slug}-junit.xml")
     if os.path.exists(junit):
@@ -211,9 +220,12 @@ def main():
     parser.add_argument("--zookeeper-only", action="store_true",
                         help="do not build or run rzk, even if it exists")
     parser.add_argument("--rzk-bin", help="test this rzk binary instead of building one")
-    parser.add_argument("--mode", choices=("standalone", "ensemble", "all"), default="standalone",
+    parser.add_argument("--mode", choices=("standalone", "ensemble", "observer", "all"),
+                        default="standalone",
                         help="one server of each (default), an ensemble of "
-                        f"{servers.ENSEMBLE_SIZE} of each, or both one after the other")
+                        f"{servers.ENSEMBLE_SIZE} of each, {servers.ENSEMBLE_SIZE} voters and "
+                        f"{servers.OBSERVERS} observer of each with the suite connected to the "
+                        "observer only, or standalone and ensemble one after the other")
     parser.add_argument("--work-dir", default=os.path.join(HERE, "work"),
                         help="where logs, configs and junit files go (default interop/work)")
     parser.add_argument("pytest_args", nargs="*",

@@ -78,9 +78,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def write_zoo_cfg(path, port, data_dir, members=None):
+def write_zoo_cfg(path, port, data_dir, members=None, extra=()):
     """Writes the zoo.cfg both servers get. `members` (ensemble mode) is the list of
-    `server.N=...` lines every member shares; without it the server is standalone."""
+    `server.N=...` lines every member shares; without it the server is standalone.
+    `extra` lines are this member's own (`peerType=observer`)."""
     lines = [
         "# Written by interop/servers.py: the same file for Apache ZooKeeper and rzk.",
         f"tickTime={TICK_TIME_MS}",
@@ -101,6 +102,7 @@ def write_zoo_cfg(path, port, data_dir, members=None):
     ]
     if members:
         lines += [f"initLimit={INIT_LIMIT_TICKS}", f"syncLimit={SYNC_LIMIT_TICKS}", *members]
+    lines += list(extra)
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -118,6 +120,8 @@ def suite_env(server):
     }
     if server.server_lines:
         env["INTEROP_SERVER_LINES"] = "\n".join(server.server_lines)
+    if getattr(server, "expect_mode", None):
+        env["INTEROP_EXPECT_MODE"] = server.expect_mode
     return env
 
 
@@ -216,12 +220,12 @@ class Server:
         self.stop()
 
 
-def _prepare(name, work_dir, port=None, members=None):
+def _prepare(name, work_dir, port=None, members=None, extra=()):
     os.makedirs(work_dir, exist_ok=True)
     data_dir = tempfile.mkdtemp(prefix=f"rzk-interop-{name}-")
     port = port or free_port()
     cfg = os.path.join(work_dir, f"{name}-zoo.cfg")
-    write_zoo_cfg(cfg, port, data_dir, members)
+    write_zoo_cfg(cfg, port, data_dir, members, extra)
     log_path = os.path.join(work_dir, f"{name}-server.log")
     if os.path.exists(log_path):
         os.remove(log_path)
@@ -292,11 +296,15 @@ class Ensemble:
     `hosts` (the connect string of every member), `members`, `alive`, `stop`, `cleanup`,
     `log_tail`, `log_path`, `proc`."""
 
-    def __init__(self, name, members, server_lines):
+    def __init__(self, name, members, server_lines, clients=None, expect_mode=None):
         self.name = name
         self.servers = members
         # The server.N lines every member's zoo.cfg has.
         self.server_lines = server_lines
+        # The members the suite connects to (default: all); observer mode gives it the
+        # observer only, and tells it the mode that member must report.
+        self.clients = clients if clients is not None else members
+        self.expect_mode = expect_mode
 
     @property
     def hosts(self):
@@ -304,7 +312,7 @@ class Ensemble:
 
     @property
     def members(self):
-        return [m.hosts for m in self.servers]
+        return [m.hosts for m in self.clients]
 
     @property
     def log_path(self):
@@ -345,20 +353,28 @@ class Ensemble:
         return "\n".join(f"--- {m.name}\n{m.log_tail(lines)}" for m in self.servers)
 
 
-def _ensemble_configs(name, work_dir):
+def _ensemble_configs(name, work_dir, observers=0):
     """The shared server lines, and per member (member name, data dir, client port,
     zoo.cfg, log), with the server lines written into every zoo.cfg and each member's
-    myid into its dataDir."""
-    ids = range(1, ENSEMBLE_SIZE + 1)
+    myid into its dataDir. `observers` members follow the ENSEMBLE_SIZE voters, as in
+    ZooKeeper: `:observer` on their line everywhere, `peerType=observer` in their own
+    zoo.cfg."""
+    ids = range(1, ENSEMBLE_SIZE + observers + 1)
     ports = {i: (free_port(), free_port(), free_port()) for i in ids}  # client, quorum, election
+
+    def observes(i):
+        return i > ENSEMBLE_SIZE
+
     members = [
-        f"server.{i}={HOST}:{quorum}:{election};{HOST}:{client}"
+        f"server.{i}={HOST}:{quorum}:{election}{':observer' if observes(i) else ''};"
+        f"{HOST}:{client}"
         for i, (client, quorum, election) in ports.items()
     ]
     out = []
     for i in ids:
         member = f"{name}-{i}"
-        data_dir, port, cfg, log_path = _prepare(member, work_dir, ports[i][0], members)
+        extra = ["peerType=observer"] if observes(i) else []
+        data_dir, port, cfg, log_path = _prepare(member, work_dir, ports[i][0], members, extra)
         os.makedirs(os.path.join(data_dir, "data"), exist_ok=True)
         with open(os.path.join(data_dir, "data", "myid"), "w") as f:
             f.write(f"{i}\n")
@@ -384,6 +400,34 @@ def start_rzk_ensemble(binary, work_dir):
         for member, data_dir, port, cfg, log_path in configs
     ]
     return Ensemble("rzk-ensemble", servers, lines).start()
+
+
+# Observer mode: a 3+1 ensemble (ENSEMBLE_SIZE voters and this many observers); the suite
+# connects to the observer only.
+OBSERVERS = 1
+
+
+def start_zookeeper_observer(work_dir):
+    """An Apache ZooKeeper ensemble of ENSEMBLE_SIZE voters and OBSERVERS observers; the
+    suite is pointed at the observer."""
+    lines, configs = _ensemble_configs("zookeeper-observer", work_dir, OBSERVERS)
+    servers = []
+    for member, data_dir, port, cfg, log_path in configs:
+        argv, conf_dir = _zookeeper_argv(work_dir, cfg, ZOOKEEPER_QUORUM_MAIN)
+        servers.append(Server(member, argv, conf_dir, data_dir, port, log_path, work_dir))
+    return Ensemble("zookeeper-observer", servers, lines, servers[ENSEMBLE_SIZE:],
+                    "observer").start()
+
+
+def start_rzk_observer(binary, work_dir):
+    """The same topology of rzk processes; the suite is pointed at the observer."""
+    lines, configs = _ensemble_configs("rzk-observer", work_dir, OBSERVERS)
+    servers = [
+        Server(member, [binary, cfg], None, data_dir, port, log_path, work_dir)
+        for member, data_dir, port, cfg, log_path in configs
+    ]
+    return Ensemble("rzk-observer", servers, lines, servers[ENSEMBLE_SIZE:],
+                    "observer").start()
 
 
 def start_with_retry(start, *args, attempts=3):

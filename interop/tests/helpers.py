@@ -42,6 +42,9 @@ HOST, PORT = MEMBERS[0] if MEMBERS else (None, None)
 # True when the target is an ensemble: the tests that check what a member reports about
 # itself (its mode) expect a leader or a follower instead of a standalone server.
 ENSEMBLE = len(MEMBERS) > 1
+# The mode every member in INTEROP_ZK_SERVER must report when the runner says so
+# (observer mode: the suite talks to an observer of an ensemble only).
+EXPECT_MODE = os.environ.get("INTEROP_EXPECT_MODE") or None
 
 
 def expected_config_znode():
@@ -56,7 +59,10 @@ def expected_config_znode():
     for line in lines.splitlines():
         key, _, value = line.partition("=")
         addresses, _, client = value.partition(";")
-        out.append(f"{key}={addresses}:participant;{client}\n")
+        # host:quorum:election, or with an explicit role (`:observer`) already.
+        if addresses.count(":") == 2:
+            addresses += ":participant"
+        out.append(f"{key}={addresses};{client}\n")
     return ("".join(out) + "version=0").encode()
 
 # How long to wait for anything the server should make happen "soon" (an event, a

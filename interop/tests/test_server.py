@@ -8,7 +8,7 @@ import pytest
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.serialization import GetData
 
-from helpers import ENSEMBLE, HOST, MEMBERS, PORT, GetAllChildrenNumber, call
+from helpers import ENSEMBLE, EXPECT_MODE, HOST, MEMBERS, PORT, GetAllChildrenNumber, call
 from zkraw import RawSession
 
 
@@ -58,7 +58,9 @@ def test_srvr_reports_the_mode_and_zxid(new_client, base):
         assert key in lines, f"srvr lacks {key!r}"
     # One leader and followers in an ensemble, else a standalone server.
     modes = sorted(srvr_fields(four_letter_word("srvr", member=m))["Mode"] for m in MEMBERS)
-    if ENSEMBLE:
+    if EXPECT_MODE:
+        assert modes == [EXPECT_MODE] * len(MEMBERS)
+    elif ENSEMBLE:
         assert modes == ["follower"] * (len(MEMBERS) - 1) + ["leader"]
     else:
         assert modes == ["standalone"]
@@ -76,6 +78,12 @@ def test_mntr_reports_tab_separated_metrics(new_client, base):
         assert key in metrics, f"mntr lacks {key}"
     every = [mntr_fields(four_letter_word("mntr", member=m)) for m in MEMBERS]
     states = sorted(m["zk_server_state"] for m in every)
+    if EXPECT_MODE:
+        # An observer reports no learners of its own.
+        assert states == [EXPECT_MODE] * len(MEMBERS)
+        for m in every:
+            assert "zk_synced_followers" not in m
+        return
     if not ENSEMBLE:
         assert states == ["standalone"]
         return

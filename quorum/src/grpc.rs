@@ -77,6 +77,8 @@ pub struct GrpcConfig {
     pub backoff_min: Duration,
     /// Largest reconnect delay.
     pub backoff_max: Duration,
+    /// Mutual TLS on every stream (`sslQuorum`); `None`: plaintext.
+    pub tls: Option<crate::tls::QuorumTls>,
 }
 
 impl GrpcConfig {
@@ -90,6 +92,7 @@ impl GrpcConfig {
             queue_max: 8192,
             backoff_min: Duration::from_millis(20),
             backoff_max: Duration::from_secs(1),
+            tls: None,
         }
     }
 }
@@ -252,14 +255,27 @@ impl GrpcTransport {
         })
         .max_decoding_message_size(cfg.message_bytes_max)
         .max_encoding_message_size(cfg.message_bytes_max);
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        let server = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(svc)
-                .serve_with_incoming(incoming)
-                .await;
-        });
+        let server = match &cfg.tls {
+            None => {
+                let incoming =
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+                tokio::spawn(async move {
+                    let _ = tonic::transport::Server::builder()
+                        .add_service(svc)
+                        .serve_with_incoming(incoming)
+                        .await;
+                })
+            }
+            Some(tls) => {
+                let incoming = crate::tls::incoming(listener, tls.server.clone());
+                tokio::spawn(async move {
+                    let _ = tonic::transport::Server::builder()
+                        .add_service(svc)
+                        .serve_with_incoming(incoming)
+                        .await;
+                })
+            }
+        };
         let mut tasks = vec![server];
         for (&peer, &addr) in cfg.peers.iter().filter(|(p, _)| **p < cfg.id) {
             tasks.push(tokio::spawn(dial_loop(inner.clone(), peer, addr)));
@@ -396,10 +412,20 @@ async fn dial_once(inner: &Arc<Inner>, peer: PeerId, addr: SocketAddr) -> Result
         .map_err(|e| Status::invalid_argument(e.to_string()))?
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(2));
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| Status::unavailable(e.to_string()))?;
+    let channel = match &inner.cfg.tls {
+        None => endpoint.connect().await,
+        Some(tls) => {
+            endpoint
+                .connect_with_connector(crate::tls::Connector {
+                    config: tls.client.clone(),
+                    addr,
+                    name: tls.name_of(peer, addr),
+                    peer: peer.0,
+                })
+                .await
+        }
+    }
+    .map_err(|e| Status::unavailable(e.to_string()))?;
     let mut client = QuorumClient::new(channel)
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);

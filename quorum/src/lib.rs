@@ -48,6 +48,7 @@ pub mod message;
 mod relay;
 mod replicator;
 pub mod storage;
+pub mod tls;
 pub mod transport;
 pub mod wal_storage;
 

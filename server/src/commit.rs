@@ -9,6 +9,7 @@ use rzk_zxid::Zxid;
 use crate::acl;
 use crate::apply::{self, Applied, Event, OpOutcome};
 use crate::core::{notify, ConnState, Core, CoreError, InFlight, Pending, ReplyAs, Session};
+use crate::read_ahead::ReadAhead;
 use crate::tree::DataTree;
 use crate::txn::Txn;
 use crate::watch::ConnId;
@@ -25,11 +26,22 @@ impl Core {
                     // bounded window, never the whole state in one buffer);
                     // the loader reads to the end, where the source checks
                     // the file's checksum, and a failure changes nothing.
+                    // The file is read and its checksum computed on another
+                    // thread while this one decodes (crate::read_ahead).
+                    let started = std::time::Instant::now();
                     let mut reader = source
                         .reader()
+                        .and_then(ReadAhead::new)
                         .map_err(|e| CoreError::Corrupt(format!("snapshot at {zxid}: {e}")))?;
-                    DataTree::load_snapshot_from(&mut reader)
-                        .map_err(|e| CoreError::Corrupt(format!("snapshot at {zxid}: {e}")))?
+                    let loaded = DataTree::load_snapshot_from(&mut reader)
+                        .map_err(|e| CoreError::Corrupt(format!("snapshot at {zxid}: {e}")))?;
+                    tracing::info!(
+                        %zxid,
+                        bytes = source.len_bytes(),
+                        ms = started.elapsed().as_millis() as u64,
+                        "snapshot read, checked and loaded"
+                    );
+                    loaded
                 };
                 self.reset_from_snapshot(tree, sessions, at);
                 Ok(())

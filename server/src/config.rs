@@ -74,6 +74,21 @@ pub struct PeerSpec {
     pub role: PeerRole,
     /// The client address, if the line gives one.
     pub client: Option<(String, u16)>,
+    /// Where the line is (`zoo.cfg line 12`, `command line`), for errors.
+    pub origin: String,
+}
+
+/// `peerType=observer|participant`: the role a member's own zoo.cfg gives it.
+/// It must agree with the member's own `server.N` line (see
+/// `Membership::of`); ZooKeeper 3.8 only warns and follows the line, rzk
+/// refuses to start, since a member that votes where its operator meant it
+/// to observe changes the quorum size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerType {
+    /// The role it names.
+    pub role: PeerRole,
+    /// Where it is set.
+    pub origin: String,
 }
 
 /// The whole server configuration, with every default filled in.
@@ -113,6 +128,11 @@ pub struct ServerConfig {
     pub snap_count: u64,
     /// `autopurge.snapRetainCount`: snapshots kept (default and minimum 3).
     pub snap_retain_count: u32,
+    /// `rzk.snapshot.writeBytesPerSecMax`: the most bytes per second a local
+    /// snapshot is written at, so that its disk writes leave room for the
+    /// log's fsyncs (0: unlimited; default
+    /// [`rzk_wal::SNAPSHOT_WRITE_BYTES_PER_SEC_MAX`]).
+    pub snapshot_write_bytes_per_sec_max: Option<u64>,
     /// `4lw.commands.whitelist`.
     pub four_letter_words: FourLetterWhitelist,
     /// `zookeeper.extendedTypesEnabled`: TTL nodes (default false).
@@ -140,6 +160,9 @@ pub struct ServerConfig {
     pub sync_limit: u32,
     /// `server.N=` lines, by server id. Empty for standalone.
     pub servers: BTreeMap<u64, PeerSpec>,
+    /// `peerType`, when the configuration sets it (ZooKeeper's default is
+    /// participant).
+    pub peer_type: Option<PeerType>,
     /// This member's id when given on the command line (`--id N`); otherwise
     /// `myid` in the data directory (1 standalone).
     pub my_id: Option<u64>,
@@ -159,6 +182,14 @@ pub struct ServerConfig {
     pub secure_client_addr: Option<SocketAddr>,
     /// The `ssl.*` keys for the secure client port (see [`crate::tls`]).
     pub tls: TlsSettings,
+    /// `sslQuorum`: mutual TLS on every quorum connection (default false).
+    pub ssl_quorum: bool,
+    /// The `ssl.quorum.*` keys (see [`crate::tls::quorum_tls`]): the same
+    /// store formats as the client side; `client_auth` is always `Need`.
+    pub quorum_tls: TlsSettings,
+    /// `ssl.quorum.hostnameVerification` (default true, as ZooKeeper): a
+    /// dialed member's certificate must name the host of its `server.N` line.
+    pub quorum_hostname_verification: bool,
     /// `admin.enableServer` (default true, as ZooKeeper), `admin.serverAddress`
     /// (default all interfaces; 127.0.0.1 without a file) and
     /// `admin.serverPort` (default 8080): the AdminServer's HTTP address.
@@ -281,6 +312,7 @@ impl Default for ServerConfig {
             sessionless_timeout_ms: 10_000,
             snap_count: 100_000,
             snap_retain_count: 3,
+            snapshot_write_bytes_per_sec_max: rzk_wal::SNAPSHOT_WRITE_BYTES_PER_SEC_MAX,
             four_letter_words: FourLetterWhitelist::default(),
             extended_types_enabled: false,
             jute_max_buffer: JUTE_MAX_BUFFER_DEFAULT,
@@ -292,11 +324,15 @@ impl Default for ServerConfig {
             init_limit: 10,
             sync_limit: 5,
             servers: BTreeMap::new(),
+            peer_type: None,
             my_id: None,
             log_format: crate::logging::LogFormat::Text,
             zxid_counter_limit: u32::MAX,
             secure_client_addr: None,
             tls: TlsSettings::default(),
+            ssl_quorum: false,
+            quorum_tls: TlsSettings::default(),
+            quorum_hostname_verification: true,
             admin_addr: Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080)),
             admin_command_url: "/commands".to_owned(),
             metrics_addr: None,
@@ -424,7 +460,10 @@ impl ServerConfig {
         let mut secure_ip = None;
         let mut http = HttpKeys::default();
         for s in &settings {
-            if cfg.apply_tls(s, &mut secure_port, &mut secure_ip)? || http.apply(s)? {
+            if cfg.apply_tls(s, &mut secure_port, &mut secure_ip)?
+                || cfg.apply_quorum_tls(s)?
+                || http.apply(s)?
+            {
                 continue;
             }
             cfg.apply(s, &mut min_timeout, &mut max_timeout, &mut data_log_dir)?;
@@ -485,6 +524,10 @@ impl ServerConfig {
             "rzk.connection.outstandingMax" => self.connection_outstanding_max = positive(s)?,
             "rzk.connection.outgoingBytesMax" => self.connection_outgoing_bytes_max = positive(s)?,
             "snapCount" => self.snap_count = at_least(s, 2)?,
+            "rzk.snapshot.writeBytesPerSecMax" => {
+                let n: u64 = number(s)?;
+                self.snapshot_write_bytes_per_sec_max = (n > 0).then_some(n);
+            }
             "zookeeper.nio.sessionlessCnxnTimeout" => self.sessionless_timeout_ms = positive(s)?,
             "autopurge.snapRetainCount" => {
                 let n: u32 = number(s)?;
@@ -533,6 +576,17 @@ impl ServerConfig {
                         s.origin, s.value, self.zxid_counter_limit
                     ));
                 }
+            }
+            "peerType" => {
+                let role = match s.value.to_ascii_lowercase().as_str() {
+                    "observer" => PeerRole::Observer,
+                    "participant" => PeerRole::Participant,
+                    _ => return Err(invalid(s, "expected observer or participant")),
+                };
+                self.peer_type = Some(PeerType {
+                    role,
+                    origin: s.origin.clone(),
+                });
             }
             "initLimit" => self.init_limit = positive(s)?,
             "syncLimit" => self.sync_limit = positive(s)?,
@@ -624,6 +678,73 @@ impl ServerConfig {
         Ok(true)
     }
 
+    /// The quorum TLS keys (`sslQuorum`, `ssl.quorum.*`); `Ok(false)` for any
+    /// other key.
+    fn apply_quorum_tls(&mut self, s: &Setting) -> Result<bool, ConfigError> {
+        let key = s.key.strip_prefix("zookeeper.").unwrap_or(&s.key);
+        let v = s.value.as_str();
+        if key == "sslQuorum" {
+            self.ssl_quorum = boolean(s)?;
+            return Ok(true);
+        }
+        if key == "portUnification" || key == "sslQuorumReloadCertFiles" {
+            self.warnings.push(format!(
+                "{}: {} is not supported by rzk's quorum port; ignored",
+                s.origin, s.key
+            ));
+            return Ok(true);
+        }
+        let Some(sub) = key.strip_prefix("ssl.quorum.") else {
+            return Ok(false);
+        };
+        let list = || -> Vec<String> {
+            v.split(',')
+                .map(|x| x.trim().to_owned())
+                .filter(|x| !x.is_empty())
+                .collect()
+        };
+        let tls = &mut self.quorum_tls;
+        match sub {
+            "keyStore.location" => tls.key_store.location = Some(path(s)?),
+            "keyStore.password" => tls.key_store.password = Some(v.to_owned()),
+            "keyStore.type" => tls.key_store.kind = Some(store_type(s)?),
+            "trustStore.location" => tls.trust_store.location = Some(path(s)?),
+            "trustStore.password" => tls.trust_store.password = Some(v.to_owned()),
+            "trustStore.type" => tls.trust_store.kind = Some(store_type(s)?),
+            "protocol" => tls.protocol = Some(tls_version(s, v)?),
+            "enabledProtocols" => {
+                let versions = list()
+                    .iter()
+                    .map(|p| tls_version(s, p))
+                    .collect::<Result<Vec<_>, _>>()?;
+                tls.enabled_protocols = Some(versions);
+            }
+            "ciphersuites" => tls.ciphersuites = Some(list()),
+            "hostnameVerification" => self.quorum_hostname_verification = boolean(s)?,
+            "clientAuth" => {
+                // Members always authenticate each other: a weaker setting
+                // would let anyone with network access vote.
+                if !v.trim().eq_ignore_ascii_case("need") {
+                    return Err(invalid(
+                        s,
+                        "rzk's quorum TLS is always mutual: only need is accepted",
+                    ));
+                }
+            }
+            "crl" | "ocsp" | "handshakeDetectionTimeoutMillis" => {
+                self.warnings.push(format!(
+                    "{}: {} is not supported by rzk's quorum port; ignored",
+                    s.origin, s.key
+                ));
+            }
+            _ => self.warnings.push(format!(
+                "{}: unknown quorum TLS key {:?}; ignored",
+                s.origin, s.key
+            )),
+        }
+        Ok(true)
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         if self.min_session_timeout_ms > self.max_session_timeout_ms {
             return Err(ConfigError::Inconsistent(format!(
@@ -631,6 +752,7 @@ impl ServerConfig {
                 self.min_session_timeout_ms, self.max_session_timeout_ms
             )));
         }
+        self.validate_roles()?;
         let mut seen = BTreeMap::new();
         for (id, peer) in &self.servers {
             if peer.quorum_port == peer.election_port {
@@ -645,6 +767,46 @@ impl ServerConfig {
                         peer.host
                     )));
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ServerConfig {
+    /// Observers need a quorum of voters to follow (ZooKeeper 3.8's rules:
+    /// "Observers w/o participants" and, with one participant, "Observers w/o
+    /// quorum" are invalid), and `peerType=observer` needs an ensemble. That
+    /// `peerType` agrees with this member's own line needs `myid`: it is
+    /// checked where the membership is read (`Membership::of`).
+    fn validate_roles(&self) -> Result<(), ConfigError> {
+        let observers: Vec<String> = self
+            .servers
+            .iter()
+            .filter(|(_, p)| p.role == PeerRole::Observer)
+            .map(|(id, p)| format!("server.{id} ({})", p.origin))
+            .collect();
+        let voters = self.servers.len() - observers.len();
+        if !observers.is_empty() && voters < 2 {
+            return Err(ConfigError::Inconsistent(format!(
+                "{} observer(s) ({}) but {voters} participant(s): observers need an ensemble \
+                 of at least two participants to follow (ZooKeeper: \"Observers w/o {}\")",
+                observers.len(),
+                observers.join(", "),
+                if voters == 0 {
+                    "participants"
+                } else {
+                    "quorum"
+                }
+            )));
+        }
+        if let Some(t) = &self.peer_type {
+            if t.role == PeerRole::Observer && self.servers.is_empty() {
+                return Err(ConfigError::Inconsistent(format!(
+                    "{}: peerType=observer but there are no server.N lines: an observer \
+                     needs an ensemble to follow",
+                    t.origin
+                )));
             }
         }
         Ok(())
@@ -942,6 +1104,7 @@ fn peer_spec(s: &Setting) -> Result<PeerSpec, ConfigError> {
         election_port: port_of(parts[2])?,
         role,
         client,
+        origin: s.origin.clone(),
     })
 }
 
@@ -977,7 +1140,8 @@ mod tests {
              4lw.commands.whitelist=ruok, mntr ,srvr\n\
              zookeeper.extendedTypesEnabled=true\n\
              server.1=zk1:2888:3888\n\
-             server.2=zk2:2888:3888:observer;127.0.0.1:2181\n",
+             server.2=zk2:2888:3888:observer;127.0.0.1:2181\n\
+             server.3=zk3:2888:3888:participant\n",
         )
         .unwrap();
         assert_eq!(cfg.tick_time_ms, 3000);
@@ -1064,6 +1228,15 @@ mod tests {
         let cfg = ServerConfig::parse("autopurge.snapRetainCount=1").unwrap();
         assert_eq!(cfg.snap_retain_count, 3);
         assert_eq!(cfg.warnings.len(), 1);
+    }
+
+    #[test]
+    fn snapshot_write_rate_is_a_byte_count_and_zero_lifts_it() {
+        let cfg = ServerConfig::parse("rzk.snapshot.writeBytesPerSecMax=1048576").unwrap();
+        assert_eq!(cfg.snapshot_write_bytes_per_sec_max, Some(1 << 20));
+        let cfg = ServerConfig::parse("rzk.snapshot.writeBytesPerSecMax=0").unwrap();
+        assert_eq!(cfg.snapshot_write_bytes_per_sec_max, None);
+        assert!(ServerConfig::parse("rzk.snapshot.writeBytesPerSecMax=-1").is_err());
     }
 
     #[test]
@@ -1177,6 +1350,46 @@ mod tests {
     }
 
     #[test]
+    fn quorum_tls_keys_fill_their_own_settings() {
+        let cfg = ServerConfig::parse(
+            "sslQuorum=true\nssl.quorum.keyStore.location=/k/member.pem\n\
+             zookeeper.ssl.quorum.trustStore.location=/k/ca.pem\nssl.quorum.keyStore.password=pw\n\
+             ssl.quorum.protocol=TLSv1.3\nssl.quorum.enabledProtocols=TLSv1.2,TLSv1.3\n\
+             ssl.quorum.ciphersuites=TLS_AES_128_GCM_SHA256\nssl.quorum.hostnameVerification=false\n\
+             ssl.quorum.clientAuth=need\nportUnification=true\n",
+        )
+        .unwrap();
+        assert!(cfg.ssl_quorum);
+        let q = &cfg.quorum_tls;
+        assert_eq!(
+            q.key_store.location.as_deref(),
+            Some(Path::new("/k/member.pem"))
+        );
+        assert_eq!(
+            q.trust_store.location.as_deref(),
+            Some(Path::new("/k/ca.pem"))
+        );
+        assert_eq!(q.key_store.password.as_deref(), Some("pw"));
+        assert_eq!(q.protocol.as_deref(), Some("TLSv1.3"));
+        assert_eq!(q.enabled_protocols.as_ref().unwrap().len(), 2);
+        assert_eq!(q.ciphersuites.as_ref().unwrap().len(), 1);
+        assert!(!cfg.quorum_hostname_verification);
+        // The client port's settings are untouched.
+        assert_eq!(cfg.tls, TlsSettings::default());
+        assert!(cfg.warnings.iter().any(|w| w.contains("portUnification")));
+        for bad in [
+            "ssl.quorum.clientAuth=want",
+            "ssl.quorum.protocol=SSLv3",
+            "ssl.quorum.keyStore.type=XML",
+            "sslQuorum=maybe",
+        ] {
+            let err = ServerConfig::parse(bad).unwrap_err().to_string();
+            let key = bad.split('=').next().unwrap();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn bad_tls_values_are_errors_naming_the_key() {
         for bad in [
             "ssl.clientAuth=sometimes",
@@ -1217,5 +1430,58 @@ mod tests {
         );
         let no_file = ServerConfig::load(None, &[]).unwrap();
         assert_eq!(no_file.admin_addr, Some("127.0.0.1:8080".parse().unwrap()));
+    }
+
+    // Observers (issue 12): ZooKeeper 3.8's QuorumPeerConfig rules, and
+    // stricter where ZooKeeper only warns.
+
+    #[test]
+    fn peer_type_is_read_with_its_line() {
+        let cfg = ServerConfig::parse(
+            "server.1=a:1:2\nserver.2=b:1:2\nserver.3=c:1:2:observer\npeerType=observer\n",
+        )
+        .unwrap();
+        let t = cfg.peer_type.unwrap();
+        assert_eq!(
+            (t.role, t.origin.as_str()),
+            (PeerRole::Observer, "config line 4")
+        );
+        assert_eq!(cfg.servers[&3].origin, "config line 3");
+        let cfg = ServerConfig::parse("peerType=PARTICIPANT\n").unwrap();
+        assert_eq!(cfg.peer_type.unwrap().role, PeerRole::Participant);
+        assert_eq!(ServerConfig::parse("").unwrap().peer_type, None);
+        let err = ServerConfig::parse("peerType=witness\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("config line 1") && err.contains("peerType") && err.contains("observer"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn observers_without_two_participants_are_refused_naming_their_lines() {
+        for (text, zk) in [
+            ("server.1=a:1:2:observer\n", "w/o participants"),
+            ("server.1=a:1:2\nserver.2=b:1:2:observer\n", "w/o quorum"),
+        ] {
+            let err = ServerConfig::parse(text).unwrap_err().to_string();
+            assert!(err.contains(zk), "{text}: {err}");
+            assert!(err.contains("observer(s) (server."), "{text}: {err}");
+            assert!(err.contains("line"), "{text}: {err}");
+        }
+        let two = "server.1=a:1:2\nserver.2=b:1:2\nserver.3=c:1:2:observer\n";
+        assert!(ServerConfig::parse(two).is_ok());
+    }
+
+    #[test]
+    fn peer_type_observer_without_an_ensemble_is_refused() {
+        let err = ServerConfig::parse("clientPort=2181\npeerType=observer\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("config line 2") && err.contains("no server.N lines"),
+            "{err}"
+        );
     }
 }

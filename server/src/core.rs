@@ -69,7 +69,7 @@ const REPLY_FRAME_BYTES_MAX: usize = i32::MAX as usize;
 /// outstanding slots and one of the server's (backpressure, I7).
 #[derive(Debug)]
 pub(crate) struct Permit {
-    pub(crate) _conn: OwnedSemaphorePermit,
+    pub(crate) _conn: crate::outbox::ConnSlot,
     pub(crate) _global: OwnedSemaphorePermit,
 }
 
@@ -217,7 +217,7 @@ pub(crate) struct Conn {
     /// Requests that arrived while the session was being created.
     pub(crate) backlog: VecDeque<(Req, Permit)>,
     /// Requests not yet answered, in arrival order.
-    pub(crate) queue: VecDeque<Pending>,
+    pub(crate) queue: ReplyQueue<Pending>,
     /// Whether the ConnectRequest carried the readOnly byte: the
     /// ConnectResponse carries it exactly then (doc §3.2).
     pub(crate) read_only_byte: bool,
@@ -235,6 +235,56 @@ impl Conn {
 
     pub(crate) fn queued(&self) -> usize {
         self.queue.len() + self.backlog.len()
+    }
+}
+
+/// A connection's requests not yet answered, in arrival order. It holds no
+/// memory while empty: a `VecDeque` keeps the room of its longest queue, and
+/// every session that had one request answered kept room for four `Pending`s
+/// (736 bytes) for as long as it lived, idle or not (issue 15). A client with
+/// one request in flight pays one allocation per queued request for it.
+#[derive(Debug)]
+pub(crate) struct ReplyQueue<T>(VecDeque<T>);
+
+impl<T> Default for ReplyQueue<T> {
+    fn default() -> Self {
+        ReplyQueue(VecDeque::new())
+    }
+}
+
+impl<T> ReplyQueue<T> {
+    pub(crate) fn push_back(&mut self, item: T) {
+        self.0.push_back(item);
+    }
+
+    /// The oldest request; the queue's memory is released when it empties.
+    pub(crate) fn pop_front(&mut self) -> Option<T> {
+        let item = self.0.pop_front();
+        if self.0.is_empty() && self.0.capacity() > 0 {
+            self.0 = VecDeque::new();
+        }
+        item
+    }
+
+    pub(crate) fn front(&self) -> Option<&T> {
+        self.0.front()
+    }
+
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.0.iter_mut()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.0.capacity()
     }
 }
 
@@ -317,7 +367,10 @@ pub(crate) struct Core {
     pub(crate) watches: WatchManager,
     /// The replicated session table (built only by apply), with attachments.
     pub(crate) sessions: HashMap<i64, Session>,
-    pub(crate) conns: HashMap<ConnId, Conn>,
+    /// Boxed: a hash map holds its values inline in a table kept between
+    /// half full and full, so an inline `Conn` (272 bytes) cost each
+    /// connection up to twice its size (issue 15).
+    pub(crate) conns: HashMap<ConnId, Box<Conn>>,
     /// This member's requests in flight, by request id.
     pub(crate) in_flight: HashMap<u64, InFlight>,
     /// The next request id. Starts at a random point so that a txn of an
@@ -923,6 +976,13 @@ impl Core {
         let Some(conn) = self.conns.get_mut(&id) else {
             return;
         };
+        if conn.queue.is_empty() && matches!(pending, Pending::Read { .. } | Pending::Error { .. })
+        {
+            // Nothing before it: answered at once, without a trip through
+            // the queue (and without giving the queue memory, issue 15).
+            self.answer(id, pending);
+            return;
+        }
         conn.queue.push_back(pending);
         self.drain(id);
     }
@@ -943,26 +1003,32 @@ impl Core {
                 return;
             }
             let item = conn.queue.pop_front().expect("front checked");
-            match item {
-                Pending::Read { frame, started, .. } => {
-                    let reply = self.serve_read(id, &frame);
-                    self.send_reply(id, &reply, started);
-                    self.stats.read_latency.record_since(started);
-                }
-                Pending::Error {
-                    xid, code, started, ..
-                } => {
-                    let reply = Reply::error(xid, self.applied, code);
-                    self.send_reply(id, &reply, started);
-                }
-                Pending::Sync {
-                    xid, path, started, ..
-                } => {
-                    let reply = Reply::ok(xid, self.applied, Response::Sync(SyncResponse { path }));
-                    self.send_reply(id, &reply, started);
-                }
-                Pending::Write { .. } => unreachable!("writes are not ready here"),
+            self.answer(id, item);
+        }
+    }
+
+    /// Answers a request that is ready (a read, an error, a sync whose
+    /// barrier has been applied).
+    fn answer(&mut self, id: ConnId, item: Pending) {
+        match item {
+            Pending::Read { frame, started, .. } => {
+                let reply = self.serve_read(id, &frame);
+                self.send_reply(id, &reply, started);
+                self.stats.read_latency.record_since(started);
             }
+            Pending::Error {
+                xid, code, started, ..
+            } => {
+                let reply = Reply::error(xid, self.applied, code);
+                self.send_reply(id, &reply, started);
+            }
+            Pending::Sync {
+                xid, path, started, ..
+            } => {
+                let reply = Reply::ok(xid, self.applied, Response::Sync(SyncResponse { path }));
+                self.send_reply(id, &reply, started);
+            }
+            Pending::Write { .. } => unreachable!("writes are not ready here"),
         }
     }
 
@@ -1047,7 +1113,7 @@ impl Core {
     }
 
     pub(crate) fn outstanding(&self) -> usize {
-        self.conns.values().map(Conn::queued).sum()
+        self.conns.values().map(|c| c.queued()).sum()
     }
 }
 
@@ -1100,4 +1166,25 @@ pub(crate) fn notify(outbox: &Outbox, kind: EventType, path: &str) {
 /// `0x` + lowercase hex, as ZooKeeper prints session ids.
 pub(crate) fn format_sid(sid: i64) -> String {
     format!("0x{:x}", sid as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReplyQueue;
+
+    #[test]
+    fn a_reply_queue_keeps_order_and_releases_its_memory_once_empty() {
+        let mut q = ReplyQueue::default();
+        for i in 0..5 {
+            q.push_back(i);
+        }
+        assert_eq!(q.front(), Some(&0));
+        assert_eq!(q.pop_front(), Some(0));
+        assert!(q.capacity() >= 4, "room is kept while requests wait");
+        q.push_back(5);
+        let rest: Vec<i32> = std::iter::from_fn(|| q.pop_front()).collect();
+        assert_eq!(rest, [1, 2, 3, 4, 5], "answered in arrival order");
+        assert!(q.is_empty());
+        assert_eq!(q.capacity(), 0, "an empty queue holds no memory");
+    }
 }

@@ -49,6 +49,7 @@ pub mod outbox;
 pub mod path;
 pub mod prep;
 mod read;
+pub mod read_ahead;
 pub mod replication;
 mod route;
 mod server;

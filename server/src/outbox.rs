@@ -4,11 +4,11 @@
 //! buffer is bounded: a client that does not read is disconnected instead of
 //! making the server buffer without limit (I7).
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::BytesMut;
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{Notify, Semaphore};
 
 #[derive(Debug, Default)]
 struct State {
@@ -26,9 +26,28 @@ pub struct Outbox {
     /// Bytes queued beyond which the client counts as not reading
     /// (`rzk.connection.outgoingBytesMax`).
     bytes_max: usize,
-    /// Cancelled when the connection must stop at once: the reader and the
-    /// writer both end.
-    pub cancel: CancellationToken,
+    /// Set when the connection must stop at once: the reader and the writer
+    /// both end. A flag and a `Notify` in place of a `CancellationToken`,
+    /// which is an allocation of its own per connection (issue 15).
+    cancelled: AtomicBool,
+    /// Wakes whoever waits in [`Outbox::cancelled`].
+    stop: Notify,
+    /// The connection's requests in flight (`rzk.connection.outstandingMax`):
+    /// a slot is taken before a request is read and given back once it is
+    /// answered. Here rather than a semaphore of its own, which was one more
+    /// allocation per connection (issue 15).
+    slots: Semaphore,
+}
+
+/// One of a connection's request slots, given back when dropped (its
+/// request was answered, or dropped with the connection).
+#[derive(Debug)]
+pub struct ConnSlot(Arc<Outbox>);
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.0.slots.add_permits(1);
+    }
 }
 
 /// What the writer should do next.
@@ -43,14 +62,57 @@ pub enum Next {
 }
 
 impl Outbox {
-    /// An empty outbox.
-    pub fn new(bytes_max: usize) -> Outbox {
+    /// An empty outbox of a connection that may have `requests_max`
+    /// requests in flight (at least one).
+    pub fn new(bytes_max: usize, requests_max: usize) -> Outbox {
         Outbox {
             state: Mutex::new(State::default()),
             notify: Notify::new(),
             bytes_max,
-            cancel: CancellationToken::new(),
+            cancelled: AtomicBool::new(false),
+            stop: Notify::new(),
+            slots: Semaphore::new(requests_max.max(1)),
         }
+    }
+
+    /// A request slot if one is free.
+    pub fn try_slot(self: &Arc<Self>) -> Option<ConnSlot> {
+        let permit = self.slots.try_acquire().ok()?;
+        permit.forget();
+        Some(ConnSlot(self.clone()))
+    }
+
+    /// Waits for a request slot.
+    pub async fn slot(self: &Arc<Self>) -> ConnSlot {
+        // The semaphore is never closed.
+        if let Ok(permit) = self.slots.acquire().await {
+            permit.forget();
+        }
+        ConnSlot(self.clone())
+    }
+
+    /// Stops the connection at once: the reader and the writer both end,
+    /// what is queued is dropped.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.stop.notify_waiters();
+        self.notify.notify_one();
+    }
+
+    /// Whether [`Outbox::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once [`Outbox::cancel`] has been called.
+    pub async fn cancelled(&self) {
+        // A `Notified` receives `notify_waiters` from the moment it is
+        // created, so a cancel between the check and the wait is not missed.
+        let stopped = self.stop.notified();
+        if self.is_cancelled() {
+            return;
+        }
+        stopped.await;
     }
 
     /// Appends whatever `write` writes. Returns false, and cancels the
@@ -58,7 +120,7 @@ impl Outbox {
     /// its limit; nothing is queued then.
     pub fn push(&self, write: impl FnOnce(&mut BytesMut)) -> bool {
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if s.closing && self.cancel.is_cancelled() {
+        if s.closing && self.is_cancelled() {
             return false;
         }
         let before = s.buf.len();
@@ -69,7 +131,7 @@ impl Outbox {
             s.buf.truncate(before);
             s.closing = true;
             drop(s);
-            self.cancel.cancel();
+            self.cancel();
             return false;
         }
         drop(s);
@@ -97,13 +159,12 @@ impl Outbox {
 
     /// Closes the connection now, dropping what is queued.
     pub fn close_now(&self) {
-        self.cancel.cancel();
-        self.notify.notify_one();
+        self.cancel();
     }
 
     /// Whether the connection is closing.
     pub fn is_closing(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.is_cancelled()
             || self
                 .state
                 .lock()
@@ -115,7 +176,11 @@ impl Outbox {
     pub fn next(&self) -> Next {
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if !s.buf.is_empty() {
-            return Next::Write(s.buf.split());
+            // The whole buffer, not a split of it: a split leaves the empty
+            // rest pointing into the written bytes' allocation, which then
+            // stays alive (and with it a shared header) for as long as the
+            // connection is idle (issue 15). The next reply allocates anew.
+            return Next::Write(std::mem::take(&mut s.buf));
         }
         if s.closing {
             Next::Close
@@ -137,16 +202,67 @@ mod tests {
 
     #[test]
     fn a_queue_over_its_limit_cancels_the_connection() {
-        let o = Outbox::new(10);
+        let o = Outbox::new(10, 1);
         assert!(o.push(|b| b.put_slice(b"12345")));
         assert!(!o.push(|b| b.put_slice(b"1234567")));
-        assert!(o.cancel.is_cancelled());
+        assert!(o.is_cancelled());
         assert_eq!(o.queued_bytes(), 5, "the refused bytes are not queued");
     }
 
     #[test]
+    fn the_writer_takes_everything_queued_and_the_outbox_keeps_no_memory() {
+        let o = Outbox::new(100, 1);
+        o.push(|b| b.put_slice(b"abc"));
+        o.push(|b| b.put_slice(b"def"));
+        let Next::Write(written) = o.next() else {
+            panic!("bytes were queued");
+        };
+        assert_eq!(&written[..], b"abcdef");
+        // Nothing in the outbox still refers to the written bytes' memory.
+        assert!(written.freeze().is_unique());
+        assert_eq!(o.state.lock().unwrap().buf.capacity(), 0);
+        o.push(|b| b.put_slice(b"g"));
+        assert!(
+            matches!(o.next(), Next::Write(b) if &b[..] == b"g"),
+            "in order"
+        );
+        assert!(matches!(o.next(), Next::Wait));
+    }
+
+    #[tokio::test]
+    async fn cancelling_wakes_every_waiter_even_one_that_arrives_late() {
+        let o = std::sync::Arc::new(Outbox::new(100, 1));
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let o = o.clone();
+                tokio::spawn(async move { o.cancelled().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        o.close_now();
+        for w in waiters {
+            w.await.unwrap();
+        }
+        o.cancelled().await;
+        assert!(o.is_closing());
+    }
+
+    #[tokio::test]
+    async fn a_connection_has_as_many_request_slots_as_its_limit() {
+        let o = Arc::new(Outbox::new(100, 2));
+        let a = o.try_slot().expect("first");
+        let _b = o.try_slot().expect("second");
+        assert!(o.try_slot().is_none(), "a third is over the limit");
+        drop(a);
+        let _c = o
+            .try_slot()
+            .expect("an answered request gives its slot back");
+        assert!(o.try_slot().is_none());
+    }
+
+    #[test]
     fn flush_then_close() {
-        let o = Outbox::new(100);
+        let o = Outbox::new(100, 1);
         o.push(|b| b.put_slice(b"abc"));
         o.close_after_flush();
         assert!(matches!(o.next(), Next::Write(b) if &b[..] == b"abc"));

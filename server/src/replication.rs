@@ -98,8 +98,14 @@ pub fn server_id(config: &ServerConfig) -> Result<u64, ReplicationError> {
 pub struct Membership {
     /// This member.
     pub id: u64,
-    /// The voting members (this one included, unless it observes).
+    /// This member's role: its own `server.N` line's, which its `peerType`
+    /// must agree with.
+    pub role: PeerRole,
+    /// The voting members (this one included, unless it observes): the
+    /// participant lines only; the quorum size is counted from these.
     pub voters: Vec<u64>,
+    /// The observers (`:observer` lines), this one included if it observes.
+    pub observers: Vec<u64>,
     /// The quorum address of every member but this one.
     pub peers: BTreeMap<u64, (String, u16)>,
     /// This member's quorum address, when it has peers.
@@ -111,14 +117,17 @@ pub struct Membership {
 
 impl Membership {
     /// Reads the membership from the configuration and `myid`. A member whose id
-    /// is not among the `server.N` lines, or an observer (not supported yet), is
-    /// refused with a clear message.
+    /// is not among the `server.N` lines is refused with a clear message, and so
+    /// is one whose `peerType` disagrees with its own line (ZooKeeper 3.8 warns
+    /// and follows the line; rzk refuses, naming both).
     pub fn of(config: &ServerConfig) -> Result<Membership, ReplicationError> {
         let id = server_id(config)?;
         if config.servers.is_empty() {
             return Ok(Membership {
                 id,
+                role: PeerRole::Participant,
                 voters: vec![id],
+                observers: Vec::new(),
                 peers: BTreeMap::new(),
                 quorum_addr: None,
                 client_addr: config.client_addr,
@@ -131,23 +140,17 @@ impl Membership {
                 ids.join(", ")
             )));
         };
-        if me.role == PeerRole::Observer {
-            return Err(ReplicationError::Config(format!(
-                "server.{id} is an observer; observers are not supported yet"
-            )));
-        }
-        let voters: Vec<u64> = config
-            .servers
-            .iter()
-            .filter(|(_, s)| s.role == PeerRole::Participant)
-            .map(|(id, _)| *id)
-            .collect();
-        let observers = config.servers.len() - voters.len();
-        if observers > 0 {
-            return Err(ReplicationError::Config(format!(
-                "{observers} observer line(s): observers are not supported yet"
-            )));
-        }
+        check_peer_type(config, id, me)?;
+        let of_role = |role: PeerRole| -> Vec<u64> {
+            config
+                .servers
+                .iter()
+                .filter(|(_, s)| s.role == role)
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        let voters = of_role(PeerRole::Participant);
+        let observers = of_role(PeerRole::Observer);
         let peers = config
             .servers
             .iter()
@@ -167,7 +170,9 @@ impl Membership {
         };
         Ok(Membership {
             id,
+            role: me.role,
             voters,
+            observers,
             peers,
             quorum_addr: Some((me.host.clone(), me.quorum_port)),
             client_addr,
@@ -175,10 +180,50 @@ impl Membership {
     }
 }
 
+/// An observer's own line says `:observer` and its zoo.cfg `peerType=observer`;
+/// a participant's line does not, and its `peerType` (if set) is participant.
+fn check_peer_type(
+    config: &ServerConfig,
+    id: u64,
+    me: &crate::config::PeerSpec,
+) -> Result<(), ReplicationError> {
+    let stated = config.peer_type.as_ref();
+    let stated_role = stated.map_or(PeerRole::Participant, |t| t.role);
+    if stated_role == me.role {
+        return Ok(());
+    }
+    let stated_text = match stated {
+        Some(t) => format!("{} says peerType={}", t.origin, role_name(t.role)),
+        None => "peerType is not set (participant by default)".to_owned(),
+    };
+    let fix = match me.role {
+        PeerRole::Observer => "add peerType=observer to this member's zoo.cfg",
+        PeerRole::Participant => {
+            "add :observer to server.N on every member, or remove peerType=observer"
+        }
+    };
+    Err(ReplicationError::Config(format!(
+        "server.{id} ({}) makes this member {} but {stated_text}: {fix}",
+        me.origin,
+        match me.role {
+            PeerRole::Participant => "a participant",
+            PeerRole::Observer => "an observer",
+        }
+    )))
+}
+
+fn role_name(role: PeerRole) -> &'static str {
+    match role {
+        PeerRole::Participant => "participant",
+        PeerRole::Observer => "observer",
+    }
+}
+
 /// The log's options from the configuration.
 fn wal_options(config: &ServerConfig) -> WalOptions {
     let mut wal = WalOptions {
         snap_retain_count: config.snap_retain_count as usize,
+        snapshot_write_bytes_per_sec_max: config.snapshot_write_bytes_per_sec_max,
         ..WalOptions::default()
     };
     wal.log.unsafe_no_fsync = config.unsafe_no_fsync;
@@ -196,7 +241,10 @@ fn absolute(p: &Path) -> PathBuf {
 
 /// The quorum core's timing from zoo.cfg (one tick of the core = 1 ms).
 fn core_config(config: &ServerConfig, m: &Membership) -> Config {
-    let mut c = Config::new(PeerId(m.id), m.voters.iter().map(|v| PeerId(*v)));
+    // Only participants count in any quorum; observers are listed so the
+    // core knows them as non-voting learners (docs/ensemble.md §4).
+    let mut c = Config::new(PeerId(m.id), m.voters.iter().map(|v| PeerId(*v)))
+        .with_observers(m.observers.iter().map(|o| PeerId(*o)));
     let tick = u64::from(config.tick_time_ms.max(1));
     c.init_limit = tick * u64::from(config.init_limit);
     c.sync_limit = tick * u64::from(config.sync_limit);
@@ -272,7 +320,16 @@ pub async fn open_replicator(
                     })?
             }
         };
-        let grpc = GrpcConfig::new(PeerId(membership.id), peers);
+        let mut grpc = GrpcConfig::new(PeerId(membership.id), peers);
+        // sslQuorum (issue 16): a bad store stops the start with its reason.
+        grpc.tls = crate::tls::quorum_tls(
+            config,
+            membership
+                .peers
+                .iter()
+                .map(|(id, (h, _))| (*id, h.as_str())),
+        )
+        .map_err(|e| ReplicationError::Config(format!("sslQuorum: {e}")))?;
         let (transport, inbox) =
             GrpcTransport::start(grpc, listener).map_err(|e| ReplicationError::Listen {
                 addr: format!("{:?}", membership.quorum_addr),
@@ -377,5 +434,79 @@ mod tests {
         let c = cfg("rzk.zxid.counterLimit=1000\n", dir.path());
         let limit = core_config(&c, &m).counter_limit;
         assert_eq!(limit.max_counter().0, 1000);
+    }
+
+    fn observer_layout(dir: &Path, myid: u64, extra: &str) -> ServerConfig {
+        std::fs::write(dir.join("myid"), format!("{myid}\n")).unwrap();
+        cfg(
+            &format!(
+                "server.1=127.0.0.1:2888:3888\n\
+                 server.2=127.0.0.1:2889:3889\n\
+                 server.3=127.0.0.1:2890:3890\n\
+                 server.4=127.0.0.1:2891:3891:observer;127.0.0.1:2184\n\
+                 server.5=127.0.0.1:2892:3892:observer\n{extra}"
+            ),
+            dir,
+        )
+    }
+
+    #[test]
+    fn voters_are_the_participant_lines_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Membership::of(&observer_layout(dir.path(), 1, "")).unwrap();
+        assert_eq!(m.role, PeerRole::Participant);
+        assert_eq!(m.voters, vec![1, 2, 3]);
+        assert_eq!(m.observers, vec![4, 5]);
+        assert_eq!(
+            m.peers.keys().copied().collect::<Vec<_>>(),
+            vec![2, 3, 4, 5],
+            "a voter talks to the observers too"
+        );
+        let c = observer_layout(dir.path(), 4, "peerType=observer\n");
+        let m = Membership::of(&c).unwrap();
+        assert_eq!(m.role, PeerRole::Observer);
+        assert_eq!(m.voters, vec![1, 2, 3], "an observer is not a voter");
+        assert_eq!(m.client_addr, "127.0.0.1:2184".parse().unwrap());
+        assert_eq!(m.quorum_addr, Some(("127.0.0.1".to_owned(), 2891)));
+        // The quorum size: a majority of the three voters, whatever the
+        // number of observers; the core knows this peer observes.
+        let core = core_config(&c, &m);
+        assert_eq!(core.voters.len(), 3);
+        assert_eq!(core.observers.len(), 2);
+        assert!(core.is_observer());
+        core.validate().unwrap();
+    }
+
+    #[test]
+    fn an_observer_line_without_peer_type_observer_is_refused_naming_both() {
+        let dir = tempfile::tempdir().unwrap();
+        for extra in ["", "peerType=participant\n"] {
+            let err = Membership::of(&observer_layout(dir.path(), 5, extra))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("server.5 (config line 6)")
+                    && err.contains("observer")
+                    && err.contains("add peerType=observer"),
+                "{extra:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn peer_type_observer_on_a_participant_line_is_refused_naming_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Membership::of(&observer_layout(dir.path(), 2, "peerType=observer\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("server.2 (config line 3)")
+                && err.contains("config line 7 says peerType=observer")
+                && err.contains("add :observer"),
+            "{err}"
+        );
+        // peerType=participant on a participant is what it says.
+        let c = observer_layout(dir.path(), 2, "peerType=participant\n");
+        assert_eq!(Membership::of(&c).unwrap().role, PeerRole::Participant);
     }
 }

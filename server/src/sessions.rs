@@ -18,7 +18,7 @@ use rzk_zxid::Zxid;
 use crate::acl::AuthInfo;
 use crate::core::{
     format_sid, now_ms, push_frame, Conn, ConnState, ConnStats, Core, CoreError, HeldConnect,
-    InFlight, Revalidation, Serving,
+    InFlight, ReplyQueue, Revalidation, Serving,
 };
 use crate::forward::ForwardMsg;
 use crate::leader::Submit;
@@ -79,17 +79,17 @@ impl Core {
             return;
         }
         let negotiated = self.negotiate(req.timeout_ms);
-        let mut conn = Conn {
+        let mut conn = Box::new(Conn {
             outbox,
             peer,
             auth,
             state: ConnState::Connecting,
             backlog: VecDeque::new(),
-            queue: VecDeque::new(),
+            queue: ReplyQueue::default(),
             read_only_byte: req.read_only.is_some(),
             established_ms: now_ms(),
             stats: ConnStats::default(),
-        };
+        });
         conn.stats.received = 1;
         self.stats.packets_received += 1;
         if req.session_id.0 == 0 {
@@ -113,7 +113,7 @@ impl Core {
     }
 
     /// A client comes back with its session id and password.
-    fn resume(&mut self, id: ConnId, conn: Conn, req: &ConnectRequest, negotiated: i32) {
+    fn resume(&mut self, id: ConnId, conn: Box<Conn>, req: &ConnectRequest, negotiated: i32) {
         let sid = req.session_id.0;
         // doc §3.5 step 1: any other connection of this session is closed
         // first, even if the password turns out wrong.
@@ -201,7 +201,13 @@ impl Core {
     }
 
     /// Answers a resume from this member's (current) session table.
-    fn finish_resume(&mut self, id: ConnId, mut conn: Conn, req: &ConnectRequest, negotiated: i32) {
+    fn finish_resume(
+        &mut self,
+        id: ConnId,
+        mut conn: Box<Conn>,
+        req: &ConnectRequest,
+        negotiated: i32,
+    ) {
         let sid = req.session_id.0;
         let valid = self
             .sessions

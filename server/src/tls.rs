@@ -167,6 +167,147 @@ impl TlsAcceptor {
     }
 }
 
+/// The keys a store problem is reported under.
+struct Keys {
+    key_store: &'static str,
+    trust_store: &'static str,
+    no_key_store: &'static str,
+    no_trust_store: &'static str,
+}
+
+const CLIENT_PORT_KEYS: Keys = Keys {
+    key_store: "ssl.keyStore.location",
+    trust_store: "ssl.trustStore.location",
+    no_key_store: "secureClientPort needs ssl.keyStore.location (the server's certificate and key)",
+    no_trust_store:
+        "ssl.clientAuth is want or need (need is the default) but ssl.trustStore.location \
+         is not set: give the CA certificates client certificates must chain to, or set \
+         ssl.clientAuth=none",
+};
+
+const QUORUM_KEYS: Keys = Keys {
+    key_store: "ssl.quorum.keyStore.location",
+    trust_store: "ssl.quorum.trustStore.location",
+    no_key_store: "sslQuorum=true needs ssl.quorum.keyStore.location (this member's certificate \
+         and key)",
+    no_trust_store: "sslQuorum=true needs ssl.quorum.trustStore.location (the CA certificates \
+         every member's certificate must chain to)",
+};
+
+/// The mutual TLS of the quorum port (`sslQuorum=true`, `ssl.quorum.*`), or
+/// `None` when `sslQuorum` is off. The stores are read as the secure client
+/// port's are (PEM; other types refused with the reason). Every member must
+/// present a certificate that chains to the trust store, on both ends of each
+/// connection. With `ssl.quorum.hostnameVerification` (the default) a dialed
+/// member's certificate must also name the host (or IP address) its
+/// `server.N` line gives; `peers` are the members' ids and hosts.
+pub fn quorum_tls<'a>(
+    config: &crate::config::ServerConfig,
+    peers: impl IntoIterator<Item = (u64, &'a str)>,
+) -> Result<Option<rzk_quorum::tls::QuorumTls>, TlsError> {
+    if !config.ssl_quorum {
+        return Ok(None);
+    }
+    let quorum_key = |e: TlsError| match e {
+        TlsError::Unsupported(m) => TlsError::Unsupported(
+            m.replace("ssl.ciphersuites", "ssl.quorum.ciphersuites")
+                .replace("ssl.protocol", "ssl.quorum.protocol")
+                .replace("ssl.enabledProtocols", "ssl.quorum.enabledProtocols"),
+        ),
+        other => other,
+    };
+    let settings = &config.quorum_tls;
+    let (certs, key) = key_store(&settings.key_store, &QUORUM_KEYS)?;
+    let roots = Arc::new(trust_store(&settings.trust_store, &QUORUM_KEYS)?);
+    let mut provider = (*provider()).clone();
+    if let Some(names) = &settings.ciphersuites {
+        provider.cipher_suites = cipher_suites(&provider, names).map_err(quorum_key)?;
+    }
+    let provider = Arc::new(provider);
+    let versions = versions(settings).map_err(quorum_key)?;
+    let client_verifier =
+        WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+            .build()
+            .map_err(|e| TlsError::Unsupported(format!("ssl.quorum.trustStore: {e}")))?;
+    let server = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)?
+        .with_client_cert_verifier(client_verifier)
+        .with_single_cert(certs.clone(), key.clone_key())?;
+    let server_verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+            .build()
+            .map_err(|e| TlsError::Unsupported(format!("ssl.quorum.trustStore: {e}")))?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&versions)?
+        .dangerous();
+    let builder = if config.quorum_hostname_verification {
+        builder.with_custom_certificate_verifier(server_verifier)
+    } else {
+        builder.with_custom_certificate_verifier(Arc::new(ChainOnly(server_verifier)))
+    };
+    let client = builder.with_client_auth_cert(certs, key)?;
+    let mut tls = rzk_quorum::tls::QuorumTls::new(Arc::new(server), Arc::new(client));
+    for (id, host) in peers {
+        let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| {
+            TlsError::Unsupported(format!(
+                "server.{id}: {host:?} is not a host name TLS can verify: {e}"
+            ))
+        })?;
+        tls.names.insert(rzk_quorum::PeerId(id), name);
+    }
+    Ok(Some(tls))
+}
+
+/// `ssl.quorum.hostnameVerification=false`: the member's certificate must
+/// still chain to the trust store (webpki checks the chain before the name,
+/// so a name error means the chain was good); only the name is not checked.
+#[derive(Debug)]
+struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
+
+impl rustls::client::danger::ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        use rustls::CertificateError::{NotValidForName, NotValidForNameContext};
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                NotValidForName | NotValidForNameContext { .. },
+            )) => Ok(rustls::client::danger::ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
@@ -185,7 +326,7 @@ fn stamps(settings: &TlsSettings) -> Vec<Option<SystemTime>> {
 
 fn load(settings: &TlsSettings) -> Result<Loaded, TlsError> {
     let stamps = stamps(settings);
-    let (certs, key) = key_store(&settings.key_store)?;
+    let (certs, key) = key_store(&settings.key_store, &CLIENT_PORT_KEYS)?;
     let mut provider = (*provider()).clone();
     if let Some(names) = &settings.ciphersuites {
         provider.cipher_suites = cipher_suites(&provider, names)?;
@@ -197,7 +338,7 @@ fn load(settings: &TlsSettings) -> Result<Loaded, TlsError> {
     let builder = match settings.client_auth {
         ClientAuth::None => builder.with_no_client_auth(),
         auth => {
-            let roots = trust_store(&settings.trust_store)?;
+            let roots = trust_store(&settings.trust_store, &CLIENT_PORT_KEYS)?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
             let verifier = if auth == ClientAuth::Want {
                 verifier.allow_unauthenticated()
@@ -302,22 +443,20 @@ fn require_pem(what: &'static str, store: &StoreSettings, path: &Path) -> Result
 
 fn key_store(
     store: &StoreSettings,
+    keys: &Keys,
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
-    const WHAT: &str = "ssl.keyStore.location";
+    let what = keys.key_store;
     let Some(path) = store.location.as_deref() else {
-        return Err(TlsError::Unsupported(
-            "secureClientPort needs ssl.keyStore.location (the server's certificate and key)"
-                .into(),
-        ));
+        return Err(TlsError::Unsupported(keys.no_key_store.into()));
     };
-    require_pem(WHAT, store, path)?;
+    require_pem(what, store, path)?;
     let text = std::fs::read(path).map_err(|e| TlsError::Store {
-        what: WHAT,
+        what,
         path: path.to_owned(),
         reason: e.to_string(),
     })?;
     let err = |reason: String| TlsError::Store {
-        what: WHAT,
+        what,
         path: path.to_owned(),
         reason,
     };
@@ -342,24 +481,19 @@ fn key_store(
     Ok((certs, key))
 }
 
-fn trust_store(store: &StoreSettings) -> Result<RootCertStore, TlsError> {
-    const WHAT: &str = "ssl.trustStore.location";
+fn trust_store(store: &StoreSettings, keys: &Keys) -> Result<RootCertStore, TlsError> {
+    let what = keys.trust_store;
     let Some(path) = store.location.as_deref() else {
-        return Err(TlsError::Unsupported(
-            "ssl.clientAuth is want or need (need is the default) but ssl.trustStore.location \
-             is not set: give the CA certificates client certificates must chain to, or set \
-             ssl.clientAuth=none"
-                .into(),
-        ));
+        return Err(TlsError::Unsupported(keys.no_trust_store.into()));
     };
-    require_pem(WHAT, store, path)?;
+    require_pem(what, store, path)?;
     let text = std::fs::read(path).map_err(|e| TlsError::Store {
-        what: WHAT,
+        what,
         path: path.to_owned(),
         reason: e.to_string(),
     })?;
     let err = |reason: String| TlsError::Store {
-        what: WHAT,
+        what,
         path: path.to_owned(),
         reason,
     };

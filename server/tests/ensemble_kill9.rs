@@ -4,155 +4,15 @@
 //! the client saw acknowledged must be on every member at the end (I6; the
 //! restarted members rejoin by DIFF, TRUNC or SNAP).
 mod common;
+mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::eventually;
+use support::procs::{Layout, Procs};
 use zookeeper_client as zk;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Member {
-    id: u64,
-    client_port: u16,
-    cfg: PathBuf,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
-impl Member {
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("rzk.log"))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_rzk"))
-            .arg(&self.cfg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.kill().unwrap(); // SIGKILL
-            c.wait().unwrap();
-        }
-    }
-
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.client_port)
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
-fn start(root: &Path) -> Vec<Member> {
-    let ids = [1u64, 2, 3];
-    let ports: Vec<(u16, u16, u16)> = ids
-        .iter()
-        .map(|_| (free_port(), free_port(), free_port()))
-        .collect();
-    let servers: String = ids
-        .iter()
-        .zip(&ports)
-        .map(|(id, (c, q, e))| format!("server.{id}=127.0.0.1:{q}:{e};127.0.0.1:{c}\n"))
-        .collect();
-    let mut members = Vec::new();
-    for (id, (c, _, _)) in ids.iter().zip(&ports) {
-        let dir = root.join(format!("m{id}"));
-        std::fs::create_dir_all(dir.join("data")).unwrap();
-        std::fs::write(dir.join("data").join("myid"), format!("{id}\n")).unwrap();
-        let cfg = dir.join("zoo.cfg");
-        std::fs::write(
-            &cfg,
-            format!(
-                "tickTime=200\ninitLimit=10\nsyncLimit=5\nminSessionTimeout=400\n\
-                 dataDir={}\nclientPort={c}\nclientPortAddress=127.0.0.1\n\
-                 maxClientCnxns=0\n4lw.commands.whitelist=*\nadmin.enableServer=false\n\
-                 snapCount=400\n{servers}",
-                dir.join("data").display()
-            ),
-        )
-        .unwrap();
-        let mut m = Member {
-            id: *id,
-            client_port: *c,
-            cfg,
-            dir,
-            child: None,
-        };
-        m.spawn();
-        members.push(m);
-    }
-    members
-}
-
-async fn mode(m: &Member) -> Option<String> {
-    m.child.as_ref()?;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let attempt = async {
-        let mut s = tokio::net::TcpStream::connect(m.addr()).await.ok()?;
-        s.write_all(b"srvr").await.ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.ok()?;
-        out.lines()
-            .find_map(|l| l.strip_prefix("Mode: "))
-            .map(str::to_owned)
-    };
-    tokio::time::timeout(Duration::from_secs(2), attempt)
-        .await
-        .ok()
-        .flatten()
-}
-
-/// Waits until one running member leads and the other running ones follow.
-async fn settled(members: &[Member]) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut leaders = Vec::new();
-        let mut ok = true;
-        for (i, m) in members.iter().enumerate() {
-            if m.child.is_none() {
-                continue;
-            }
-            match mode(m).await.as_deref() {
-                Some("leader") => leaders.push(i),
-                Some("follower") => {}
-                _ => ok = false,
-            }
-        }
-        if ok && leaders.len() == 1 {
-            return leaders[0];
-        }
-        if Instant::now() > deadline {
-            for m in members {
-                let log = std::fs::read_to_string(m.dir.join("rzk.log")).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(30).collect();
-                eprintln!("--- member {} log tail:\n{}", m.id, tail.join("\n"));
-            }
-            panic!("no settled ensemble within 60 s (leaders {leaders:?})");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 async fn connect(connect: &str) -> zk::Client {
     zk::Client::connector()
@@ -219,13 +79,10 @@ async fn grows_by(acked: &Acked, n: usize, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_leader_and_follower_under_load_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
-    let mut members = start(dir.path());
-    settled(&members).await;
-    let all = members
-        .iter()
-        .map(Member::addr)
-        .collect::<Vec<_>>()
-        .join(",");
+    let mut ens = Procs::new(dir.path(), &Layout::voters(3).set("snapCount", 400));
+    ens.spawn_all();
+    ens.settled().await;
+    let all = ens.connect_string();
     let setup = connect(&all).await;
     let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
     setup.create("/load", b"", &opts).await.unwrap();
@@ -236,28 +93,28 @@ async fn kill_9_of_leader_and_follower_under_load_loses_no_acknowledged_write() 
 
     // The leader dies; the survivors elect and the load goes on; the old leader
     // comes back while it runs.
-    let leader = settled(&members).await;
-    members[leader].kill9();
+    let leader = ens.settled().await;
+    ens.members[leader].kill9();
     grows_by(&acked, 300, "writes after the leader's death").await;
-    members[leader].spawn();
+    ens.members[leader].spawn();
     grows_by(&acked, 300, "writes while the old leader rejoins").await;
-    settled(&members).await;
+    ens.settled().await;
 
     // The same for a follower.
-    let leader = settled(&members).await;
+    let leader = ens.settled().await;
     let follower = (leader + 1) % 3;
-    members[follower].kill9();
+    ens.members[follower].kill9();
     grows_by(&acked, 300, "writes after a follower's death").await;
-    members[follower].spawn();
+    ens.members[follower].spawn();
     grows_by(&acked, 300, "writes while the follower rejoins").await;
-    settled(&members).await;
+    ens.settled().await;
 
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         w.await.expect("a writer panicked");
     }
     let acked = acked.lock().unwrap().clone();
-    for m in &members {
+    for m in &ens.members {
         let c = connect(&m.addr()).await;
         c.sync("/").await.unwrap();
         for (path, data) in &acked {

@@ -25,17 +25,18 @@
 //! `RZK_ROLLOVER_LIMIT` sets the counter limit (default 64; CI's rollover stage
 //! runs 1000).
 mod rollover_support;
+mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rollover_support::{
-    four_letter, summarize, verify, wait_for_epoch, wait_for_epoch_clean, Phase, Progress,
-    SessionLog, Workload,
+    summarize, verify, wait_for_epoch, wait_for_epoch_clean, Phase, Progress, SessionLog, Workload,
 };
 use rzk_zxid::{CounterLimit, Zxid};
+use support::procs::{free_port, Layout, Proc, Procs};
 use zookeeper_client as zk;
 
 fn limit() -> u32 {
@@ -45,123 +46,11 @@ fn limit() -> u32 {
         .unwrap_or(64)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// One `rzk` process.
-struct Member {
-    id: u64,
-    client: std::net::SocketAddr,
-    cfg: PathBuf,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
-impl Member {
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("rzk.log"))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_rzk"))
-            .arg(&self.cfg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.kill().unwrap(); // SIGKILL
-            c.wait().unwrap();
-        }
-    }
-
-    /// Sends SIGSTOP or SIGCONT: a stopped member keeps its connections open
-    /// and answers nothing.
-    fn signal(&self, sig: &str) {
-        let pid = self.child.as_ref().expect("running").id();
-        let ok = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(pid.to_string())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{sig} {pid}");
-    }
-
-    async fn mntr(&self) -> String {
-        four_letter(self.client, "mntr").await
-    }
-
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.join("rzk.log")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(30).collect();
-        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        if let Some(child) = &self.child {
-            // CONT first, so a member left stopped by a failed test dies at
-            // once and `wait` is prompt.
-            let _ = Command::new("kill")
-                .arg("-CONT")
-                .arg(child.id().to_string())
-                .status();
-        }
-        self.kill9();
-    }
-}
-
-fn start(root: &Path, limit: u32) -> Vec<Member> {
-    let ids = [1u64, 2, 3];
-    let ports: Vec<(u16, u16, u16)> = ids
-        .iter()
-        .map(|_| (free_port(), free_port(), free_port()))
-        .collect();
-    let servers: String = ids
-        .iter()
-        .zip(&ports)
-        .map(|(id, (c, q, e))| format!("server.{id}=127.0.0.1:{q}:{e};127.0.0.1:{c}\n"))
-        .collect();
-    let mut members = Vec::new();
-    for (id, (c, _, _)) in ids.iter().zip(&ports) {
-        let dir = root.join(format!("m{id}"));
-        std::fs::create_dir_all(dir.join("data")).unwrap();
-        std::fs::write(dir.join("data").join("myid"), format!("{id}\n")).unwrap();
-        let cfg = dir.join("zoo.cfg");
-        std::fs::write(
-            &cfg,
-            format!(
-                "tickTime=200\ninitLimit=10\nsyncLimit=5\nminSessionTimeout=400\n\
-                 dataDir={}\nclientPort={c}\nclientPortAddress=127.0.0.1\n\
-                 maxClientCnxns=0\n4lw.commands.whitelist=*\nadmin.enableServer=false\n\
-                 rzk.zxid.counterLimit={limit}\n{servers}",
-                dir.join("data").display()
-            ),
-        )
-        .unwrap();
-        let mut m = Member {
-            id: *id,
-            client: format!("127.0.0.1:{c}").parse().unwrap(),
-            cfg,
-            dir,
-            child: None,
-        };
-        m.spawn();
-        members.push(m);
-    }
-    members
+/// Three voters at the counter limit `limit`, all started.
+fn start(root: &Path, limit: u32) -> Procs {
+    let mut ens = Procs::new(root, &Layout::voters(3).set("rzk.zxid.counterLimit", limit));
+    ens.spawn_all();
+    ens
 }
 
 fn row(mntr: &str, key: &str) -> Option<String> {
@@ -170,50 +59,20 @@ fn row(mntr: &str, key: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-async fn looking_count(m: &Member) -> u64 {
-    let mntr = m.mntr().await;
+async fn looking_count(m: &Proc) -> u64 {
+    let mntr = m.four_letter("mntr").await;
     row(&mntr, "looking_count")
         .unwrap_or_else(|| panic!("no looking_count in mntr of member {}:\n{mntr}", m.id))
         .parse()
         .unwrap()
 }
 
-async fn last_durable(m: &Member) -> Option<Zxid> {
-    row(&m.mntr().await, "rzk_last_durable_zxid").and_then(|z| z.parse().ok())
-}
-
-/// Waits until one running member leads and the other running ones follow.
-async fn settled(members: &[Member]) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut leaders = Vec::new();
-        let mut ok = true;
-        for (i, m) in members.iter().enumerate() {
-            if m.child.is_none() {
-                continue;
-            }
-            let mntr = m.mntr().await;
-            match row(&mntr, "server_state").as_deref() {
-                Some("leader") => leaders.push(i),
-                Some("follower") => {}
-                _ => ok = false,
-            }
-        }
-        if ok && leaders.len() == 1 {
-            return leaders[0];
-        }
-        if Instant::now() > deadline {
-            for m in members {
-                eprintln!("--- member {} log tail:\n{}", m.id, m.log_tail());
-            }
-            panic!("no settled ensemble within 60 s (leaders {leaders:?})");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+async fn last_durable(m: &Proc) -> Option<Zxid> {
+    row(&m.four_letter("mntr").await, "rzk_last_durable_zxid").and_then(|z| z.parse().ok())
 }
 
 /// Waits until `m`'s durable log reaches at least `z`.
-async fn durable_at_least(m: &Member, z: Zxid, what: &str) {
+async fn durable_at_least(m: &Proc, z: Zxid, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if last_durable(m).await.is_some_and(|d| d >= z) {
@@ -231,11 +90,11 @@ async fn durable_at_least(m: &Member, z: Zxid, what: &str) {
 
 /// Waits until `m` has persisted acceptedEpoch `epoch` (the fence of a
 /// rollover proposal, I3).
-async fn fenced(m: &Member, epoch: rzk_zxid::Epoch) {
+async fn fenced(m: &Proc, epoch: rzk_zxid::Epoch) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let accepted: Option<u32> =
-            row(&m.mntr().await, "rzk_accepted_epoch").and_then(|e| e.parse().ok());
+            row(&m.four_letter("mntr").await, "rzk_accepted_epoch").and_then(|e| e.parse().ok());
         if accepted.is_some_and(|a| a >= epoch.0) {
             return;
         }
@@ -246,14 +105,6 @@ async fn fenced(m: &Member, epoch: rzk_zxid::Epoch) {
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-}
-
-fn connect_string(members: &[Member]) -> String {
-    members
-        .iter()
-        .map(|m| m.client.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// Creates `/probe/x<n>` nodes through `probe`, nobody else writing, until the
@@ -280,7 +131,7 @@ async fn write_up_to_the_rollover(probe: &zk::Client, limit: u32, n: &mut u32) -
 
 /// After the run: every acknowledged write on every member, zxids only grew
 /// on every session, `/probe` the same everywhere, and `absent` nowhere.
-async fn check_history(members: &[Member], logs: &[SessionLog], absent: &[&str]) {
+async fn check_history(members: &[Proc], logs: &[SessionLog], absent: &[&str]) {
     let s = summarize(logs, CounterLimit::new(limit()));
     eprintln!("{s:?}");
     assert_eq!(s.order_violations, 0, "zxids not increasing on a session");
@@ -325,14 +176,14 @@ async fn check_history(members: &[Member], logs: &[SessionLog], absent: &[&str])
 async fn three_processes_roll_over_twenty_epochs_without_election_or_client_error() {
     let dir = tempfile::tempdir().unwrap();
     let limit = limit();
-    let members = start(dir.path(), limit);
-    let leader = settled(&members).await;
+    let ens = start(dir.path(), limit);
+    let leader = ens.settled().await;
     let mut elections = Vec::new();
-    for m in &members {
+    for m in &ens.members {
         elections.push(looking_count(m).await);
     }
     let progress = Arc::new(Progress::default());
-    let running = Workload::new(&connect_string(&members), 32)
+    let running = Workload::new(&ens.connect_string(), 32)
         .start(progress.clone())
         .await;
     let start = running.start;
@@ -345,8 +196,8 @@ async fn three_processes_roll_over_twenty_epochs_without_election_or_client_erro
     assert_eq!(s.disconnects, 0, "lost connections");
     assert_eq!(s.order_violations, 0, "zxids not increasing on a session");
     assert!(s.last.epoch().0 >= start.epoch().0 + 20, "{s:?}");
-    assert_eq!(settled(&members).await, leader, "the leader changed");
-    for (m, before) in members.iter().zip(&elections) {
+    assert_eq!(ens.settled().await, leader, "the leader changed");
+    for (m, before) in ens.members.iter().zip(&elections) {
         assert_eq!(
             looking_count(m).await,
             *before,
@@ -354,7 +205,7 @@ async fn three_processes_roll_over_twenty_epochs_without_election_or_client_erro
             m.id
         );
     }
-    check_history(&members, &logs, &[]).await;
+    check_history(&ens.members, &logs, &[]).await;
 }
 
 /// Kill -9 of the leader at crash points A and B (see the crate docs), each
@@ -363,9 +214,9 @@ async fn three_processes_roll_over_twenty_epochs_without_election_or_client_erro
 async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let limit = limit();
-    let mut members = start(dir.path(), limit);
-    settled(&members).await;
-    let all = connect_string(&members);
+    let mut ens = start(dir.path(), limit);
+    ens.settled().await;
+    let all = ens.connect_string();
     let setup = rollover_support::connect(&all, Duration::from_secs(10)).await;
     setup
         .create("/probe", b"", &rollover_support::open())
@@ -388,15 +239,17 @@ async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing()
     // before R is proposed and killed (with what their sockets hold unread)
     // after the leader, so no one else ever has R.
     progress.pause(32).await;
-    let leader = settled(&members).await;
-    let probe =
-        rollover_support::connect(&members[leader].client.to_string(), Duration::from_secs(10))
-            .await;
+    let leader = ens.settled().await;
+    let probe = rollover_support::connect(
+        &ens.members[leader].client.to_string(),
+        Duration::from_secs(10),
+    )
+    .await;
     let before = write_up_to_the_rollover(&probe, limit, &mut n).await;
     let r = Zxid::new(before.epoch(), limit.into());
     let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
     for f in &followers {
-        members[*f].signal("STOP");
+        ens.members[*f].signal("STOP");
     }
     // R and three writes of the next epoch behind it, sent in this order on
     // one session (the client sends each request when it is called): the
@@ -415,15 +268,15 @@ async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing()
             [r.map(|_| ()), a.map(|_| ()), b.map(|_| ()), c.map(|_| ())]
         })
     };
-    durable_at_least(&members[leader], r, "crash point A").await;
-    fenced(&members[leader], r.epoch().next().unwrap()).await;
+    durable_at_least(&ens.members[leader], r, "crash point A").await;
+    fenced(&ens.members[leader], r.epoch().next().unwrap()).await;
     eprintln!(
         "crash point A: R {r}, the leader durable at {:?}",
-        last_durable(&members[leader]).await
+        last_durable(&ens.members[leader]).await
     );
-    members[leader].kill9();
+    ens.members[leader].kill9();
     for f in &followers {
-        members[*f].kill9();
+        ens.members[*f].kill9();
     }
     let unanswered = pending.await.unwrap();
     assert!(
@@ -432,9 +285,9 @@ async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing()
     );
     drop(probe);
     for f in &followers {
-        members[*f].spawn();
+        ens.members[*f].spawn();
     }
-    settled(&members).await;
+    ens.settled().await;
     // The survivors never saw R: they lead epoch e+1, the epoch the old
     // leader fenced for itself.
     let fresh = rollover_support::connect(&all, Duration::from_secs(10)).await;
@@ -453,17 +306,19 @@ async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing()
     progress.set(Phase::Run);
     let resumed = progress.max_zxid();
     wait_for_epoch(&progress, resumed.epoch(), 2, Duration::from_secs(120)).await;
-    members[leader].spawn();
-    settled(&members).await;
+    ens.members[leader].spawn();
+    ens.settled().await;
     let resumed = progress.max_zxid();
     wait_for_epoch(&progress, resumed.epoch(), 2, Duration::from_secs(120)).await;
 
     // B: R committed, the leader already writing the next epoch.
     progress.pause(32).await;
-    let leader = settled(&members).await;
-    let probe =
-        rollover_support::connect(&members[leader].client.to_string(), Duration::from_secs(10))
-            .await;
+    let leader = ens.settled().await;
+    let probe = rollover_support::connect(
+        &ens.members[leader].client.to_string(),
+        Duration::from_secs(10),
+    )
+    .await;
     write_up_to_the_rollover(&probe, limit, &mut n).await;
     let (stat, _) = probe
         .create("/probe/rollover-b", b"", &rollover_support::open())
@@ -473,10 +328,10 @@ async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing()
     assert_eq!(r.counter().0, limit, "R is the write at the limit");
     let next = Zxid::first_of(r.epoch().next().unwrap());
     progress.set(Phase::Run);
-    durable_at_least(&members[leader], next, "crash point B").await;
-    members[leader].kill9();
+    durable_at_least(&ens.members[leader], next, "crash point B").await;
+    ens.members[leader].kill9();
     drop(probe);
-    settled(&members).await;
+    ens.settled().await;
     // A quorum fenced e+1 before R committed: the new leader's epoch is later.
     let after = progress.max_zxid();
     let (stat, _) = fresh
@@ -490,15 +345,15 @@ async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing()
         Zxid::from_i64(stat.czxid)
     );
     wait_for_epoch(&progress, after.epoch(), 2, Duration::from_secs(120)).await;
-    members[leader].spawn();
-    settled(&members).await;
+    ens.members[leader].spawn();
+    ens.settled().await;
     let resumed = progress.max_zxid();
     wait_for_epoch(&progress, resumed.epoch(), 2, Duration::from_secs(120)).await;
 
     progress.stop();
     let logs = running.join().await;
     check_history(
-        &members,
+        &ens.members,
         &logs,
         &["rollover-a", "next-a1", "next-a2", "next-a3"],
     )
@@ -570,10 +425,10 @@ async fn rollover_pause_figures() {
     for inflight in [1usize, 8] {
         for run_limit in [u32::MAX, limit] {
             let dir = tempfile::tempdir().unwrap();
-            let members = start(dir.path(), run_limit);
-            let leader = settled(&members).await;
+            let ens = start(dir.path(), run_limit);
+            let leader = ens.settled().await;
             let progress = Arc::new(Progress::default());
-            let running = Workload::new(&connect_string(&members), inflight)
+            let running = Workload::new(&ens.connect_string(), inflight)
                 .start(progress.clone())
                 .await;
             let deadline = Instant::now() + Duration::from_secs(600);
@@ -585,7 +440,7 @@ async fn rollover_pause_figures() {
             let logs = running.join().await;
             let s = summarize(&logs, CounterLimit::new(run_limit));
             assert!(s.errors.is_empty() && s.disconnects == 0, "{s:?}");
-            assert_eq!(settled(&members).await, leader, "the leader changed");
+            assert_eq!(ens.settled().await, leader, "the leader changed");
             let window = inflight as u32;
             let lim = CounterLimit::new(run_limit);
             let across = |z: Zxid| {
@@ -624,7 +479,7 @@ async fn rollover_pause_figures() {
                     s.acked
                 );
             }
-            drop(members);
+            drop(ens);
         }
     }
 }

@@ -9,153 +9,13 @@
 //!
 //! `RZK_SNAP_ZNODES` sets the number of znodes (default 1,000,000).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod support;
+
 use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
+use support::procs::{field, Layout, Procs};
 use zookeeper_client as zk;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Member {
-    client_port: u16,
-    cfg: PathBuf,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
-impl Member {
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("rzk.log"))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_rzk"))
-            .arg(&self.cfg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-    }
-
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.client_port)
-    }
-
-    /// A field of /proc/<pid>/status in KiB (VmRSS, VmHWM).
-    fn status_kib(&self, field: &str) -> u64 {
-        let pid = self.child.as_ref().expect("running").id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("rzk.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn members(root: &Path) -> Vec<Member> {
-    let ports: Vec<(u16, u16, u16)> = (0..3)
-        .map(|_| (free_port(), free_port(), free_port()))
-        .collect();
-    let servers: String = ports
-        .iter()
-        .enumerate()
-        .map(|(i, (c, q, e))| format!("server.{}=127.0.0.1:{q}:{e};127.0.0.1:{c}\n", i + 1))
-        .collect();
-    ports
-        .iter()
-        .enumerate()
-        .map(|(i, (c, _, _))| {
-            let dir = root.join(format!("m{}", i + 1));
-            std::fs::create_dir_all(dir.join("data")).unwrap();
-            std::fs::write(dir.join("data").join("myid"), format!("{}\n", i + 1)).unwrap();
-            let cfg = dir.join("zoo.cfg");
-            std::fs::write(
-                &cfg,
-                format!(
-                    "tickTime=500\ninitLimit=60\nsyncLimit=20\n\
-                     dataDir={}\nclientPort={c}\nclientPortAddress=127.0.0.1\n\
-                     maxClientCnxns=0\n4lw.commands.whitelist=*\nadmin.enableServer=false\n\
-                     snapCount=400000\n{servers}",
-                    dir.join("data").display()
-                ),
-            )
-            .unwrap();
-            Member {
-                client_port: *c,
-                cfg,
-                dir,
-                child: None,
-            }
-        })
-        .collect()
-}
-
-async fn four_letter(m: &Member, word: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let attempt = async {
-        let mut s = tokio::net::TcpStream::connect(m.addr()).await.ok()?;
-        s.write_all(word.as_bytes()).await.ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.ok()?;
-        Some(out)
-    };
-    tokio::time::timeout(Duration::from_secs(5), attempt)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_default()
-}
-
-fn field<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix))
-        .map(str::trim)
-}
-
-/// Waits until `m` reports `mode`, up to `within`.
-async fn wait_mode(m: &Member, mode: &str, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        if field(&four_letter(m, "srvr").await, "Mode:") == Some(mode) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not {mode} within {within:?}; log tail:\n{}",
-            m.log()
-                .lines()
-                .rev()
-                .take(20)
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement: run by hand, see the crate doc"]
@@ -165,13 +25,20 @@ async fn snap_sync_of_a_million_znodes_peak_rss() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
     let root = tempfile::tempdir().unwrap();
-    let mut ms = members(root.path());
+    let layout = Layout::voters(3)
+        .set("tickTime", 500)
+        .set("initLimit", 60)
+        .set("syncLimit", 20)
+        .set("minSessionTimeout", 1000)
+        .set("snapCount", 400_000);
+    let mut ens = Procs::new(root.path(), &layout);
+    let ms = &mut ens.members;
     // Two of three members form the quorum; the third joins later, empty.
     ms[0].spawn();
     ms[1].spawn();
     let leader = tokio::select! {
-        _ = wait_mode(&ms[0], "leader", Duration::from_secs(60)) => 0,
-        _ = wait_mode(&ms[1], "leader", Duration::from_secs(60)) => 1,
+        _ = ms[0].wait_mode("leader", Duration::from_secs(60)) => 0,
+        _ = ms[1].wait_mode("leader", Duration::from_secs(60)) => 1,
     };
 
     let t = Instant::now();
@@ -205,14 +72,14 @@ async fn snap_sync_of_a_million_znodes_peak_rss() {
     }
     drop(created);
     assert_eq!(n, znodes);
-    let mntr = four_letter(&ms[leader], "mntr").await;
+    let mntr = ms[leader].four_letter("mntr").await;
     let count: usize = field(&mntr, "zk_znode_count").unwrap().parse().unwrap();
     assert!(count > znodes, "{count} znodes");
     println!(
         "loaded {znodes} znodes of 128 B in {:.1} s; the leader holds {count}",
         t.elapsed().as_secs_f64()
     );
-    let zxid = field(&four_letter(&ms[leader], "srvr").await, "Zxid:")
+    let zxid = field(&ms[leader].four_letter("srvr").await, "Zxid:")
         .unwrap()
         .to_owned();
     let snap_bytes: u64 = std::fs::read_dir(ms[leader].dir.join("data").join("snap"))
@@ -236,7 +103,7 @@ async fn snap_sync_of_a_million_znodes_peak_rss() {
     loop {
         leader_max = leader_max.max(ms[leader].status_kib("VmRSS"));
         follower_max = follower_max.max(ms[2].status_kib("VmRSS"));
-        let srvr = four_letter(&ms[2], "srvr").await;
+        let srvr = ms[2].four_letter("srvr").await;
         if field(&srvr, "Mode:") == Some("follower") && field(&srvr, "Zxid:") == Some(&zxid) {
             break;
         }
@@ -244,7 +111,7 @@ async fn snap_sync_of_a_million_znodes_peak_rss() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let took = t.elapsed();
-    let mntr = four_letter(&ms[2], "mntr").await;
+    let mntr = ms[2].four_letter("mntr").await;
     let follower_count: usize = field(&mntr, "zk_znode_count").unwrap().parse().unwrap();
     assert_eq!(follower_count, count, "the follower holds every znode");
     // The member's empty start-up state is a "snapshot loaded" too: the SNAP
