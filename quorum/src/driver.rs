@@ -355,7 +355,9 @@ fn spawn_storage<S: Storage>(
                     let took = started.elapsed().as_millis() as u64;
                     let mut m = metrics.lock().expect("not poisoned");
                     m.fsync_time.add(took);
-                    m.group_commit_size.add(std::mem::take(pending));
+                    if *pending > 0 {
+                        m.group_commit_size.add(std::mem::take(pending));
+                    }
                     drop(m);
                     let _ = done.send(Done::Ops(op));
                 }
@@ -370,21 +372,27 @@ fn spawn_storage<S: Storage>(
                 let mut result = Ok(());
                 for req in batch {
                     result = match req {
-                        StoreReq::Cmd(op, cmd) => match storage.execute(cmd) {
-                            Ok(()) => {
-                                last = Some(op);
-                                pending += 1;
-                                Ok(())
+                        StoreReq::Cmd(op, cmd) => {
+                            let txns = match &cmd {
+                                StorageCmd::Append(entries) => entries.len() as u64,
+                                _ => 0,
+                            };
+                            match storage.execute(cmd) {
+                                Ok(()) => {
+                                    last = Some(op);
+                                    pending += txns;
+                                    Ok(())
+                                }
+                                // Bad input, nothing changed: the commands before
+                                // it are made durable and reported first.
+                                Err(StorageError::Refused(why)) => {
+                                    flush(&mut storage, &mut last, &mut pending).map(|()| {
+                                        let _ = done.send(Done::Refused(op, why));
+                                    })
+                                }
+                                Err(e) => Err(e),
                             }
-                            // Bad input, nothing changed: the commands before
-                            // it are made durable and reported first.
-                            Err(StorageError::Refused(why)) => {
-                                flush(&mut storage, &mut last, &mut pending).map(|()| {
-                                    let _ = done.send(Done::Refused(op, why));
-                                })
-                            }
-                            Err(e) => Err(e),
-                        },
+                        }
                         StoreReq::CommitSnapshot(written, reply) => {
                             let zxid = written.zxid();
                             flush(&mut storage, &mut last, &mut pending)

@@ -446,7 +446,8 @@ pub struct ReplicatorMetrics {
     /// ZooKeeper's `snapshottime`: from the start of a snapshot's writing to
     /// its file being durable.
     pub snapshot_time_ms: SummaryStats,
-    /// Log commands (appends, truncations) made durable by one sync.
+    /// Transactions made durable by one fsync of the log (group commit);
+    /// syncs that made none durable (epochs, truncations) are not counted.
     pub group_commit_size: SummaryStats,
     /// As leader: DIFF syncs sent (ZooKeeper's `diff_count`).
     pub diff_count: u64,

@@ -29,7 +29,7 @@
 //! rzk's own carry the `rzk_` prefix: `rzk_last_applied_zxid`,
 //! `rzk_watched_paths`, `rzk_watching_connections`, `rzk_trunc_count` (TRUNC
 //! syncs sent as leader), `rzk_learner_{diff,trunc,snap}_count` (syncs gone
-//! through as a learner), `rzk_group_commit_size` (log commands per fsync),
+//! through as a learner), `rzk_group_commit_size` (txns per fsync),
 //! `rzk_commit_stream_lag` (txns committed and handed over, not yet applied),
 //! `rzk_last_snapshot_bytes`. The BASIC summaries' median is over the most
 //! recent 256 values.
