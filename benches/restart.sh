@@ -3,7 +3,7 @@
 # of one populated data directory.
 #
 #   benches/restart.sh [--znodes N] [--rounds K] [--snapshot-rounds K] [--stop kill|term]
-#                      [--work-dir D] [--keep]
+#                      [--work-dir D] [--keep] [--set key=value ...]
 #
 # Populates N znodes (128 B values) under /rzk-populate-0.. (at most 100,000
 # children per parent), stops the server (kill -9 by default: the restart then
@@ -15,6 +15,7 @@
 # and restart on the same host. Prints one line per round and the median;
 # with the offset of each start-up log line of the server after exec.
 #
+# --set key=value (repeatable) is given to the restarted server only.
 # --snapshot-rounds K (default 0): also K times, on a fresh copy started with
 # snapCount=2, a few setData (so a snapshot of the whole tree begins at once),
 # and the time from the server's "snapshot started" to its "snapshot saved"
@@ -27,6 +28,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 RZK_BIN=${RZK_BIN:-$here/target/release/rzk}
 RZK_BENCH_BIN=${RZK_BENCH_BIN:-$here/target/release/rzk-bench}
+RESTART_SETS=()
 ZNODES=1000000 ROUNDS=3 SNAP_ROUNDS=0 STOP=kill WORK_DIR="" KEEP=0 CHUNK=100000
 while [ $# -gt 0 ]; do
   case $1 in
@@ -36,6 +38,7 @@ while [ $# -gt 0 ]; do
   --stop) STOP=$2; shift ;;
   --work-dir) WORK_DIR=$2; shift ;;
   --keep) KEEP=1 ;;
+  --set) RESTART_SETS+=(--set "$2"); shift ;;
   *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -84,7 +87,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   cp -a "$WORK_DIR/populated" "$WORK_DIR/run"
   sync
   t0=$(now_ns)
-  start "$WORK_DIR/run" "$WORK_DIR/run-$r.log"
+  start "$WORK_DIR/run" "$WORK_DIR/run-$r.log" "${RESTART_SETS[@]}"
   "$RZK_BENCH_BIN" wait-serving --server "127.0.0.1:$PORT" --timeout-seconds 300 \
     --check-path "/rzk-populate-$last" --expect-children "$(chunk_size $last)" >/dev/null
   ms=$((($(now_ns) - t0) / 1000000))

@@ -69,7 +69,7 @@ const REPLY_FRAME_BYTES_MAX: usize = i32::MAX as usize;
 /// outstanding slots and one of the server's (backpressure, I7).
 #[derive(Debug)]
 pub(crate) struct Permit {
-    pub(crate) _conn: OwnedSemaphorePermit,
+    pub(crate) _conn: crate::outbox::ConnSlot,
     pub(crate) _global: OwnedSemaphorePermit,
 }
 

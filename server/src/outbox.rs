@@ -5,10 +5,10 @@
 //! making the server buffer without limit (I7).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::BytesMut;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 
 #[derive(Debug, Default)]
 struct State {
@@ -32,6 +32,22 @@ pub struct Outbox {
     cancelled: AtomicBool,
     /// Wakes whoever waits in [`Outbox::cancelled`].
     stop: Notify,
+    /// The connection's requests in flight (`rzk.connection.outstandingMax`):
+    /// a slot is taken before a request is read and given back once it is
+    /// answered. Here rather than a semaphore of its own, which was one more
+    /// allocation per connection (issue 15).
+    slots: Semaphore,
+}
+
+/// One of a connection's request slots, given back when dropped (its
+/// request was answered, or dropped with the connection).
+#[derive(Debug)]
+pub struct ConnSlot(Arc<Outbox>);
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.0.slots.add_permits(1);
+    }
 }
 
 /// What the writer should do next.
@@ -46,15 +62,33 @@ pub enum Next {
 }
 
 impl Outbox {
-    /// An empty outbox.
-    pub fn new(bytes_max: usize) -> Outbox {
+    /// An empty outbox of a connection that may have `requests_max`
+    /// requests in flight (at least one).
+    pub fn new(bytes_max: usize, requests_max: usize) -> Outbox {
         Outbox {
             state: Mutex::new(State::default()),
             notify: Notify::new(),
             bytes_max,
             cancelled: AtomicBool::new(false),
             stop: Notify::new(),
+            slots: Semaphore::new(requests_max.max(1)),
         }
+    }
+
+    /// A request slot if one is free.
+    pub fn try_slot(self: &Arc<Self>) -> Option<ConnSlot> {
+        let permit = self.slots.try_acquire().ok()?;
+        permit.forget();
+        Some(ConnSlot(self.clone()))
+    }
+
+    /// Waits for a request slot.
+    pub async fn slot(self: &Arc<Self>) -> ConnSlot {
+        // The semaphore is never closed.
+        if let Ok(permit) = self.slots.acquire().await {
+            permit.forget();
+        }
+        ConnSlot(self.clone())
     }
 
     /// Stops the connection at once: the reader and the writer both end,
@@ -168,7 +202,7 @@ mod tests {
 
     #[test]
     fn a_queue_over_its_limit_cancels_the_connection() {
-        let o = Outbox::new(10);
+        let o = Outbox::new(10, 1);
         assert!(o.push(|b| b.put_slice(b"12345")));
         assert!(!o.push(|b| b.put_slice(b"1234567")));
         assert!(o.is_cancelled());
@@ -177,7 +211,7 @@ mod tests {
 
     #[test]
     fn the_writer_takes_everything_queued_and_the_outbox_keeps_no_memory() {
-        let o = Outbox::new(100);
+        let o = Outbox::new(100, 1);
         o.push(|b| b.put_slice(b"abc"));
         o.push(|b| b.put_slice(b"def"));
         let Next::Write(written) = o.next() else {
@@ -197,7 +231,7 @@ mod tests {
 
     #[tokio::test]
     async fn cancelling_wakes_every_waiter_even_one_that_arrives_late() {
-        let o = std::sync::Arc::new(Outbox::new(100));
+        let o = std::sync::Arc::new(Outbox::new(100, 1));
         let waiters: Vec<_> = (0..2)
             .map(|_| {
                 let o = o.clone();
@@ -213,9 +247,22 @@ mod tests {
         assert!(o.is_closing());
     }
 
+    #[tokio::test]
+    async fn a_connection_has_as_many_request_slots_as_its_limit() {
+        let o = Arc::new(Outbox::new(100, 2));
+        let a = o.try_slot().expect("first");
+        let _b = o.try_slot().expect("second");
+        assert!(o.try_slot().is_none(), "a third is over the limit");
+        drop(a);
+        let _c = o
+            .try_slot()
+            .expect("an answered request gives its slot back");
+        assert!(o.try_slot().is_none());
+    }
+
     #[test]
     fn flush_then_close() {
-        let o = Outbox::new(100);
+        let o = Outbox::new(100, 1);
         o.push(|b| b.put_slice(b"abc"));
         o.close_after_flush();
         assert!(matches!(o.next(), Next::Write(b) if &b[..] == b"abc"));

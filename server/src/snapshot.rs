@@ -6,11 +6,15 @@ use bytes::Bytes;
 use rzk_quorum::{Proposal, ReplicateError, SnapshotWriteError, SnapshotWriter};
 use tokio::sync::mpsc;
 
-use crate::core::{snapshot_trigger, Core};
+use crate::core::{snapshot_trigger, Core, Serving};
 use crate::tree::{DataTree, SessionRecord};
 
-/// Nodes a snapshot writes per step when the core is otherwise idle.
-const SNAPSHOT_STEP_NODES: usize = 4096;
+/// Nodes a snapshot writes per step when the core is otherwise idle. Small,
+/// because a request that arrives during a step waits for it: at 1 request in
+/// flight per session every such wait is lost throughput (4096 nodes, about a
+/// millisecond, cost creates a quarter of their rate while snapshots ran;
+/// BENCHMARKS.md, "rzk-server restart and snapshots").
+const SNAPSHOT_STEP_NODES: usize = 256;
 /// Nodes a snapshot writes per applied txn, so that it finishes under a
 /// load that never leaves the core idle.
 const SNAPSHOT_NODES_PER_TXN: usize = 64;
@@ -36,13 +40,21 @@ pub(crate) struct SnapshotStream {
 impl Core {
     /// After each applied txn: a snapshot in progress moves on with the
     /// writes (not only when idle), and a new one starts every
-    /// `snapshot_after_txns` txns.
+    /// `snapshot_after_txns` txns, once the member serves.
+    ///
+    /// Not before: while the log is replayed at start-up (or a learner applies
+    /// its sync) the history is already durable in the log, and a snapshot
+    /// begun then would only slow the replay, and so the first answered
+    /// read, by serialising the tree beside it. The count goes on, so the
+    /// first txn applied while serving begins the snapshot that is due.
     pub(crate) fn after_apply(&mut self) {
         if self.tree.snapshot_in_progress() {
             self.snapshot_step_nodes(SNAPSHOT_NODES_PER_TXN);
         }
         self.txns_since_snapshot += 1;
-        if self.txns_since_snapshot >= self.snapshot_after_txns && !self.tree.snapshot_in_progress()
+        if self.txns_since_snapshot >= self.snapshot_after_txns
+            && !self.tree.snapshot_in_progress()
+            && self.serving != Serving::No
         {
             self.begin_snapshot();
         }

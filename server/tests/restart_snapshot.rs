@@ -1,0 +1,151 @@
+//! Restart and snapshots (issue 15): a server that replays its log at start-up
+//! does not begin a snapshot before it serves (the replay, and so the first
+//! answered read, is not slowed by serialising the tree beside it), and
+//! begins the snapshot that is due with the first write once it serves.
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use zookeeper_client as zk;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An `rzk` child process on `dir/data`, its log in `dir/<log_name>`.
+struct Rzk {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Rzk {
+    fn spawn(dir: &Path, log_name: &str, snap_count: u64) -> Rzk {
+        let port = free_port();
+        let log = dir.join(log_name);
+        let child = Command::new(env!("CARGO_BIN_EXE_rzk"))
+            .args(["--client-port", &port.to_string()])
+            .args(["--client-port-address", "127.0.0.1"])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--set", &format!("snapCount={snap_count}")])
+            .args(["--set", "4lw.commands.whitelist=ruok"])
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+            .spawn()
+            .unwrap();
+        Rzk { child, port, log }
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    async fn wait_ready(&self) {
+        let addr = self.addr();
+        eventually(Duration::from_secs(60), "rzk answers ruok", || {
+            let addr = addr.clone();
+            async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let Ok(mut s) = tokio::net::TcpStream::connect(&addr).await else {
+                    return false;
+                };
+                let _ = s.write_all(b"ruok").await;
+                let mut out = String::new();
+                let _ = s.read_to_string(&mut out).await;
+                out == "imok"
+            }
+        })
+        .await;
+    }
+
+    fn log_text(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.log).unwrap()).into_owned()
+    }
+
+    /// kill -9: the log holds everything, no snapshot was written at exit.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Rzk {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn connect(addr: &str) -> zk::Client {
+    zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .connect(addr)
+        .await
+        .expect("connect")
+}
+
+#[tokio::test]
+async fn log_replay_at_start_up_begins_no_snapshot_before_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    // A history of 200 creates and no snapshot (snapCount far above it).
+    let first = Rzk::spawn(dir.path(), "first.log", 1_000_000);
+    first.wait_ready().await;
+    let c = connect(&first.addr()).await;
+    let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    for i in 0..200 {
+        c.create(&format!("/n{i}"), b"x", &opts).await.unwrap();
+    }
+    drop(c);
+    first.kill();
+
+    // Restarted with snapCount=2: a snapshot is due after every 1 or 2 txns,
+    // so replaying 200 would begin one if the replay could.
+    let second = Rzk::spawn(dir.path(), "second.log", 2);
+    // The listener answers ruok before the member serves: wait for the line.
+    let path = second.log.clone();
+    eventually(
+        Duration::from_secs(60),
+        "the restarted member serves",
+        || {
+            let path = path.clone();
+            async move {
+                String::from_utf8_lossy(&std::fs::read(&path).unwrap()).contains("serving role=")
+            }
+        },
+    )
+    .await;
+    let log = second.log_text();
+    let serving = log.find("serving role=").expect("waited for it");
+    assert!(
+        !log[..serving].contains("snapshot started"),
+        "a snapshot began during the replay:\n{log}"
+    );
+
+    // Serving, with the history replayed; the first write begins the
+    // snapshot that is due.
+    let c = connect(&second.addr()).await;
+    assert_eq!(
+        c.list_children("/").await.unwrap().len(),
+        201,
+        "200 and /zookeeper"
+    );
+    c.create("/after", b"x", &opts).await.unwrap();
+    let path = second.log.clone();
+    eventually(Duration::from_secs(30), "a snapshot begins", || {
+        let path = path.clone();
+        async move {
+            String::from_utf8_lossy(&std::fs::read(&path).unwrap()).contains("snapshot started")
+        }
+    })
+    .await;
+    assert_eq!(c.list_children("/").await.unwrap().len(), 202);
+}
