@@ -660,3 +660,32 @@ pub trait Replicator: Send + Sync + 'static {
     /// released (the directory can be opened again once this resolves).
     fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_keeps_count_sum_extremes_and_a_bounded_recent_median() {
+        let mut s = Summary::default();
+        assert_eq!(s.snapshot(), SummaryStats::default());
+        for v in [5, 1, 9] {
+            s.add(v);
+        }
+        let got = s.snapshot();
+        assert_eq!(
+            (got.count, got.sum, got.min, got.max, got.p50),
+            (3, 15, 1, 9, 5)
+        );
+        assert_eq!(got.avg(), 5.0);
+        // Past SUMMARY_RECENT_MAX values the median forgets the oldest ones;
+        // count, sum and extremes keep everything.
+        for _ in 0..SUMMARY_RECENT_MAX {
+            s.add(100);
+        }
+        let got = s.snapshot();
+        assert_eq!(got.count, 3 + SUMMARY_RECENT_MAX as u64);
+        assert_eq!((got.min, got.max, got.p50), (1, 100, 100));
+        assert_eq!(s.recent.len(), SUMMARY_RECENT_MAX);
+    }
+}
