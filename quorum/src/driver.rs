@@ -101,6 +101,8 @@ struct Shared {
     /// Proposals accepted by `propose` and not yet resolved.
     in_flight: AtomicUsize,
     in_flight_max: usize,
+    /// Set when the peer stopped because its disk was full ([`StorageError::Full`]).
+    disk_full: AtomicBool,
 }
 
 /// A ZAB replica: a [`Peer`] driven on tokio. Implements [`Replicator`].
@@ -117,6 +119,14 @@ pub struct ZabReplicator {
 }
 
 impl ZabReplicator {
+    /// True once the peer has stopped because a log write found the disk full:
+    /// nothing of that write was acknowledged and the log before it is intact, so
+    /// the member may be started again from its directory once space is free.
+    /// False for every other failure, which stops the peer for good (STYLE rule 6).
+    pub fn stopped_for_full_disk(&self) -> bool {
+        self.shared.disk_full.load(Ordering::Acquire)
+    }
+
     /// Recovers from `storage` and starts the peer. The commit stream begins
     /// with the durable snapshot; the log after it is delivered as soon as it is
     /// known committed (I2: an uncommitted tail may still be truncated).
@@ -149,6 +159,7 @@ impl ZabReplicator {
             commits: Mutex::new(Some(CommitStream::unbounded(commit_rx))),
             in_flight: AtomicUsize::new(0),
             in_flight_max: cfg.propose_batch_max.max(cfg.proposals_in_flight_max),
+            disk_full: AtomicBool::new(false),
         });
         let (cmds, cmd_rx) = mpsc::unbounded_channel();
         let mut d = Driver {
@@ -493,6 +504,9 @@ impl<T: Transport> Driver<T> {
                     }
                     Some(Done::Read(id, result)) => self.step(Input::ReadDone { id, result }),
                     Some(Done::Failed(e)) => {
+                        if matches!(e, StorageError::Full(_)) {
+                            self.shared.disk_full.store(true, Ordering::Release);
+                        }
                         self.fail_all(ReplicateError::Storage(e.to_string()));
                         return;
                     }

@@ -667,8 +667,9 @@ pub fn to_proto(m: &Message) -> pb::Msg {
                 SessionMsg::Ack { upto } => S::Ack(pb::Ack {
                     upto: upto.as_u64(),
                 }),
-                SessionMsg::Inform { entries } => S::Inform(pb::Inform {
+                SessionMsg::Inform { prev, entries } => S::Inform(pb::Inform {
                     entries: entries.iter().map(entry_to).collect(),
+                    prev: prev.as_u64(),
                 }),
                 SessionMsg::Ping { id } => S::Ping(pb::Ping { id: *id }),
                 SessionMsg::Pong { id } => S::Pong(pb::Pong { id: *id }),
@@ -773,6 +774,7 @@ pub fn from_proto(m: pb::Msg) -> Result<Message, DecodeError> {
                     upto: Zxid::from_u64(a.upto),
                 },
                 S::Inform(i) => SessionMsg::Inform {
+                    prev: Zxid::from_u64(i.prev),
                     entries: i.entries.into_iter().map(entry_from).collect(),
                 },
                 S::Ping(p) => SessionMsg::Ping { id: p.id },

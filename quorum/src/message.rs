@@ -39,7 +39,7 @@ pub enum PeerState {
     Following,
     /// Leading.
     Leading,
-    /// A non-voting learner (observers are a later issue; the state is reserved).
+    /// A non-voting learner asking the voters who leads; never a vote.
     Observing,
 }
 
@@ -78,8 +78,8 @@ pub struct Notification {
 pub enum LearnerKind {
     /// A voting follower.
     Participant,
-    /// A non-voting observer (reserved: observers are a later issue, and a leader
-    /// refuses them today).
+    /// A non-voting observer: synchronised like a follower, then sent committed
+    /// transactions only ([`SessionMsg::Inform`]); counted in no quorum.
     Observer,
 }
 
@@ -90,7 +90,9 @@ pub enum RejectReason {
     AheadOfLeader,
     /// The peer is not (or no longer) leading.
     NotLeading,
-    /// The learner kind is not supported (observers, for now).
+    /// The learner kind is not supported (kept for the wire format; a leader
+    /// now refuses a kind that disagrees with its configuration with
+    /// `Protocol`).
     Unsupported,
     /// A message broke the session's order or the protocol.
     Protocol,
@@ -196,9 +198,13 @@ pub enum SessionMsg {
         /// The highest durable zxid acknowledged.
         upto: Zxid,
     },
-    /// Leader → observer: committed transactions (reserved for observers).
+    /// Leader → observer: committed transactions, after the synchronisation.
     Inform {
-        /// The committed transactions.
+        /// The committed zxid these follow in the leader's history (the last
+        /// one the observer was sent): lets the observer see a gap that ends at
+        /// an epoch boundary, which `Zxid::is_next` alone cannot.
+        prev: Zxid,
+        /// The committed transactions, contiguous.
         entries: Vec<Entry>,
     },
     /// Leader → learner: liveness and the leadership check of a `sync`.
@@ -291,7 +297,7 @@ impl Message {
             Message::Notification(_) => 48,
             Message::Session { msg, .. } => {
                 32 + match msg {
-                    SessionMsg::Proposal { entries } | SessionMsg::Inform { entries } => {
+                    SessionMsg::Proposal { entries } | SessionMsg::Inform { entries, .. } => {
                         entries.iter().map(|e| e.payload.len() + 16).sum()
                     }
                     SessionMsg::SnapChunk { data, .. } => data.len() + 16,

@@ -33,6 +33,13 @@ pub enum StorageError {
     /// retried into silence (STYLE rule 6).
     #[error("storage: {0}")]
     Failed(String),
+    /// The disk is full: a log write was refused for lack of space (ENOSPC or a
+    /// quota). Nothing of it was acknowledged, and what the log held before is
+    /// intact, so the peer stops like [`StorageError::Failed`] but may be started
+    /// again from its directory once space is free (ZooKeeper's member rejoins
+    /// the same way). A failed fsync is never this: see `Failed`.
+    #[error("storage: the disk is full: {0}")]
+    Full(String),
     /// What storage was given is unusable and nothing changed: a snapshot
     /// received from a leader that does not verify. The peer goes on (its
     /// sync with that leader ends).

@@ -63,8 +63,30 @@ pub struct WalStorage {
     reader: Arc<WalReader>,
 }
 
-fn err(e: impl std::fmt::Display) -> StorageError {
-    StorageError::Failed(e.to_string())
+fn err<E: std::fmt::Display + 'static>(e: E) -> StorageError {
+    let wal = (&e as &dyn std::any::Any).downcast_ref::<WalError>();
+    if wal.is_some_and(write_refused_for_space) {
+        StorageError::Full(e.to_string())
+    } else {
+        StorageError::Failed(e.to_string())
+    }
+}
+
+/// A log write refused because the disk (or the quota) is full. Only a `write`:
+/// after a failed fsync the kernel may have dropped the data it could not write
+/// while the page cache still shows it, so that stays a plain failure.
+fn write_refused_for_space(e: &WalError) -> bool {
+    match e {
+        WalError::Io { op, source, .. } => {
+            *op == "write"
+                && matches!(
+                    source.kind(),
+                    std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+                )
+        }
+        WalError::Failed { cause } => write_refused_for_space(cause),
+        _ => false,
+    }
 }
 
 /// A received snapshot that does not verify, or a transfer misused, is the
@@ -403,5 +425,65 @@ impl SnapshotSink for WalSink {
             let written = finishing.await.map_err(err)?;
             Ok(WrittenSnapshot::new(zxid, Box::new(written)))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use rzk_wal::WalError;
+
+    use super::err;
+    use crate::storage::StorageError;
+
+    fn io_error(op: &'static str, kind: io::ErrorKind) -> WalError {
+        WalError::Io {
+            op,
+            path: PathBuf::from("log.1"),
+            source: Arc::new(io::Error::from(kind)),
+        }
+    }
+
+    fn failed(cause: WalError) -> WalError {
+        WalError::Failed {
+            cause: Arc::new(cause),
+        }
+    }
+
+    #[test]
+    fn a_write_refused_for_space_is_a_full_disk() {
+        for kind in [io::ErrorKind::StorageFull, io::ErrorKind::QuotaExceeded] {
+            assert!(matches!(
+                err(io_error("write", kind)),
+                StorageError::Full(_)
+            ));
+            // The log reports later appends as failed, with the first error inside.
+            assert!(matches!(
+                err(failed(io_error("write", kind))),
+                StorageError::Full(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn a_failed_fsync_or_another_error_is_never_a_full_disk() {
+        // After a failed fsync the page cache may show data the disk does not hold:
+        // that stops the peer for good, whatever the error says.
+        for e in [
+            io_error("fdatasync", io::ErrorKind::StorageFull),
+            failed(io_error("fdatasync", io::ErrorKind::StorageFull)),
+            io_error("write", io::ErrorKind::Other),
+            failed(io_error("write", io::ErrorKind::PermissionDenied)),
+        ] {
+            assert!(matches!(err(e), StorageError::Failed(_)));
+        }
+        // Errors that are not the log's are plain failures.
+        assert!(matches!(
+            err(io::Error::from(io::ErrorKind::StorageFull)),
+            StorageError::Failed(_)
+        ));
     }
 }

@@ -62,7 +62,10 @@ fn all_messages() -> Vec<Message> {
         SessionMsg::AckNewLeader { epoch: Epoch(4) },
         SessionMsg::UpToDate { committed: z },
         SessionMsg::Ack { upto: z },
-        SessionMsg::Inform { entries: vec![e] },
+        SessionMsg::Inform {
+            prev: Zxid::from_u64(0x1_0000_0001),
+            entries: vec![e],
+        },
         SessionMsg::Ping { id: 7 },
         SessionMsg::Pong { id: 7 },
         SessionMsg::SyncRequest { id: 9 },

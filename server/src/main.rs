@@ -239,7 +239,88 @@ fn main() -> ExitCode {
     }
 }
 
+/// The first pause before a member stopped by a full disk starts again.
+const DISK_FULL_PAUSE_MIN: std::time::Duration = std::time::Duration::from_secs(1);
+/// The longest pause between two starts while the disk stays full.
+const DISK_FULL_PAUSE_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+/// Free space a member stopped by a full disk waits for, on its data and log
+/// directories, before it opens them again: one log segment. Opening on a disk
+/// that is still full can fail half-way: rzk-chaos's disk-full fault found
+/// sled's metadata store left unreadable ("Read corrupted data") by an open that
+/// ran out of space.
+const DISK_FULL_RESTART_FREE_MIN: u64 = 64 << 20;
+
+/// Serves until a shutdown signal. A member stopped by a full disk (a log write
+/// refused with ENOSPC: nothing of it was acknowledged, the directory holds all
+/// before it) starts again from its data directory after a pause that doubles up
+/// to 30 s, as a supervisor would restart it and as a ZooKeeper member rejoins:
+/// its clients move to other members meanwhile, and it serves again once space
+/// is free. While the disk stays full, opening the directory fails too (its
+/// metadata store writes when it opens): after a full-disk stop such a failure
+/// is retried the same way, since opening acknowledges nothing. Every other
+/// failure ends the process.
 async fn run(config: ServerConfig, membership: rzk_server::Membership) -> anyhow::Result<()> {
+    use rzk_server::{ReplicationError, ServerError};
+    let mut pause = DISK_FULL_PAUSE_MIN;
+    let mut stopped_for_full_disk = false;
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    loop {
+        let e = match serve_once(config.clone(), &membership, stop.as_mut()).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let retry = match e.downcast_ref::<ServerError>() {
+            Some(ServerError::DiskFull(_)) => true,
+            Some(ServerError::Replication(ReplicationError::Storage { .. })) => {
+                stopped_for_full_disk
+            }
+            _ => false,
+        };
+        if !retry {
+            return Err(e);
+        }
+        stopped_for_full_disk = true;
+        tracing::error!(
+            error = %format!("{e:#}"),
+            pause_ms = pause.as_millis() as u64,
+            "the disk is full: this member stopped serving and starts again from its data directory after a pause"
+        );
+        let mut wait = pause;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = stop.as_mut() => {
+                    tracing::info!("stopped");
+                    return Ok(());
+                }
+            }
+            let free = [&config.data_dir, &config.data_log_dir]
+                .into_iter()
+                .filter_map(|d| fs2::available_space(d).ok())
+                .min();
+            match free {
+                Some(free) if free < DISK_FULL_RESTART_FREE_MIN => {
+                    tracing::warn!(
+                        free_bytes = free,
+                        needed_bytes = DISK_FULL_RESTART_FREE_MIN,
+                        "the disk is still full: waiting for space before starting again"
+                    );
+                    wait = DISK_FULL_PAUSE_MIN;
+                }
+                _ => break,
+            }
+        }
+        pause = (pause * 2).min(DISK_FULL_PAUSE_MAX);
+    }
+}
+
+/// One start of the member: binds its ports, serves until `stop` or a failure.
+async fn serve_once(
+    config: ServerConfig,
+    membership: &rzk_server::Membership,
+    stop: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) -> anyhow::Result<()> {
     let addr = membership.client_addr;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -270,7 +351,7 @@ async fn run(config: ServerConfig, membership: rzk_server::Membership) -> anyhow
             .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (secureClientPort): {e}"))?;
         listeners.secure.push(secure);
     }
-    rzk_server::serve_member(config, &membership, listeners, None, shutdown_signal()).await?;
+    rzk_server::serve_member(config, membership, listeners, None, stop).await?;
     tracing::info!("stopped");
     Ok(())
 }

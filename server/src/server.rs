@@ -33,6 +33,12 @@ pub enum ServerError {
     /// The secure client port's TLS settings cannot be used.
     #[error("secure client port: {0}")]
     Tls(#[from] TlsError),
+    /// The member stopped because a log write found its disk full. Nothing of that
+    /// write was acknowledged and the data directory holds everything before it,
+    /// so the member can be started again from it once space is free (the `rzk`
+    /// binary does so itself, with a growing pause).
+    #[error("the disk is full: {0}")]
+    DiskFull(#[source] Box<ServerError>),
 }
 
 /// Messages the core may queue before connection readers wait.
@@ -98,7 +104,10 @@ pub async fn serve_member(
     let replicator: Arc<dyn Replicator> = quorum.clone();
     let result = run_inner(listeners, tls, config, replicator, shutdown).await;
     quorum.shutdown().await;
-    result
+    match result {
+        Err(e) if quorum.stopped_for_full_disk() => Err(ServerError::DiskFull(Box::new(e))),
+        other => other,
+    }
 }
 
 fn tls_for(

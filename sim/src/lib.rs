@@ -93,6 +93,11 @@ pub struct Options {
     /// Regression switch for ZOOKEEPER-5088: relays start from the committed
     /// zxid only, without the proposals in flight, and skip unmatched commits.
     pub bug_5088: bool,
+    /// Observer *members* (issue 12): non-voting peers of the quorum core that
+    /// sync from the leader and receive INFORM, besides the `nodes` voters.
+    /// `None` lets each seed pick 0, 1 or 2 (from its own RNG, so a seed that
+    /// picks 0 runs exactly as without them).
+    pub observer_members: Option<usize>,
 }
 
 impl Default for Options {
@@ -114,6 +119,7 @@ impl Default for Options {
             check_claims: true,
             observers: 2,
             bug_5088: false,
+            observer_members: None,
         }
     }
 }
@@ -148,6 +154,12 @@ pub struct Report {
     pub refused: u64,
     /// What the simulated observers did.
     pub observers: ObserverReport,
+    /// Transactions applied by observer members (issue 12), all together.
+    pub member_applied: u64,
+    /// INFORM messages delivered to observer members.
+    pub informs: u64,
+    /// Times an observer member became `Role::Observer` (a completed sync).
+    pub member_syncs: u64,
 }
 
 /// A failing run: the seed, the property, and the last events.
@@ -267,6 +279,11 @@ struct World {
     snap_window: u64,
     /// The nodes' observer relays and the simulated observers.
     relays: relays::Relays,
+    /// Voting members: nodes `0..voters`; the rest are observer members.
+    voters: usize,
+    /// This seed's `observer_lag_entries_max` (sometimes small, so slow
+    /// observers are dropped and resync).
+    observer_lag: usize,
 }
 
 const TICK_MS: u64 = 10;
@@ -386,7 +403,24 @@ impl World {
             None if rng.random_bool(0.25) => CounterLimit::new(rng.random_range(3..40)),
             None => CounterLimit::DEFAULT,
         };
-        let nodes = (0..opts.nodes)
+        // Observer members come from their own RNG: a seed without them draws
+        // exactly what it drew before they existed.
+        let mut side = ChaCha8Rng::seed_from_u64(seed ^ 0x0b5e_12ee_0b5e_12ee);
+        let members = opts
+            .observer_members
+            .unwrap_or(match side.random_range(0..4) {
+                0 | 1 => 0,
+                2 => 1,
+                _ => 2,
+            });
+        let observer_lag = if side.random_bool(0.3) {
+            side.random_range(4..64)
+        } else {
+            Config::new(PeerId(1), [PeerId(1)]).observer_lag_entries_max
+        };
+        let voters = opts.nodes;
+        let total = voters + members;
+        let nodes = (0..total)
             .map(|i| Node {
                 id: PeerId(i as u64 + 1),
                 peer: None,
@@ -406,8 +440,10 @@ impl World {
         World {
             snap_chunk,
             snap_window,
-            relays: relays::Relays::new(seed, opts.nodes, opts.observers, opts.bug_5088),
-            group: vec![0; opts.nodes],
+            relays: relays::Relays::new(seed, total, opts.observers, opts.bug_5088),
+            group: vec![0; total],
+            voters,
+            observer_lag,
             link_last: BTreeMap::new(),
             opts,
             rng,
@@ -455,6 +491,9 @@ impl World {
         if opts.bug_5088 {
             replay.push_str(" --bug-5088");
         }
+        if let Some(m) = opts.observer_members {
+            replay.push_str(&format!(" --observer-members {m}"));
+        }
         if opts.disconnect_notice == 0.0 && !opts.link_resets {
             replay.push_str(" --no-disconnects");
         }
@@ -482,7 +521,10 @@ impl World {
     }
 
     fn config(&self, i: usize) -> Config {
-        let mut cfg = Config::new(self.nodes[i].id, self.nodes.iter().map(|n| n.id));
+        let ids = self.nodes.iter().map(|n| n.id);
+        let mut cfg = Config::new(self.nodes[i].id, ids.clone().take(self.voters))
+            .with_observers(ids.skip(self.voters));
+        cfg.observer_lag_entries_max = self.observer_lag;
         cfg.counter_limit = self.limit;
         cfg.finalize_wait = 20;
         cfg.notification_interval_min = 20;
@@ -886,6 +928,10 @@ impl World {
                 SessionMsg::Snap { .. } => Some(2),
                 SessionMsg::SnapChunk { .. } => Some(4),
                 SessionMsg::NewLeader { .. } | SessionMsg::Proposal { .. } => Some(3),
+                SessionMsg::Inform { .. } => {
+                    self.report.informs += 1;
+                    None
+                }
                 _ => None,
             },
             Message::Notification(_) => None,
@@ -1073,8 +1119,27 @@ impl World {
                 let id = self.nodes[i].id;
                 let last = self.nodes[i].disk.last();
                 self.note(|| format!("{id:?} role {role:?} epoch {epoch} disk {last}"));
+                let fresh = self.nodes[i].leading.is_none();
                 self.nodes[i].leading = (role == Role::Leader).then_some(epoch);
+                // ObserverRole: an observer member is only ever an observer (or
+                // looking), a voter never one.
+                let observer = i >= self.voters;
+                if role == Role::Observer {
+                    self.report.member_syncs += 1;
+                }
+                let fits = match role {
+                    Role::Looking => true,
+                    Role::Observer => observer,
+                    Role::Leader | Role::Follower => !observer,
+                };
+                if !fits {
+                    return Err(violation(
+                        "ObserverRole",
+                        format!("{id:?} (observer member: {observer}) became {role:?}"),
+                    ));
+                }
                 if role == Role::Leader {
+                    self.check_voter_quorum_for(i, epoch, fresh)?;
                     self.checker.on_established(id, epoch)?;
                     // LeaderLogCompleteness (§8.4): an established leader's durable
                     // history holds every acknowledged transaction.
@@ -1107,6 +1172,9 @@ impl World {
                 self.report.rollovers += u64::from(index + 1 == self.checker.global.len());
             }
             self.nodes[i].sm.push((e.zxid, pid));
+            if i >= self.voters {
+                self.report.member_applied += 1;
+            }
             // The client of a proposal this peer made as leader gets its answer:
             // the txn is committed and applied here (I6).
             let mine = self.nodes[i]
@@ -1115,12 +1183,13 @@ impl World {
                 .is_some_and(|p| p.role() == Role::Leader)
                 && self.nodes[i].proposed.values().any(|v| *v == pid);
             if mine {
-                let holders = self
-                    .nodes
+                // Only voters' disks count: an observer's copy is no part of a
+                // quorum (ObserversNotCounted, issue 12).
+                let holders = self.nodes[..self.voters]
                     .iter()
                     .filter(|n| n.disk.holds(e.zxid, pid))
                     .count();
-                let quorum = self.nodes.len() / 2 + 1;
+                let quorum = self.voters / 2 + 1;
                 if holders < quorum {
                     return Err(violation(
                         "DurableBeforeAck",
@@ -1134,6 +1203,39 @@ impl World {
                 self.nodes[i].acks += 1;
                 self.checker.on_ack(e.zxid, pid);
             }
+        }
+        Ok(())
+    }
+
+    /// A leader is established only with a quorum of *voters* behind its
+    /// epoch: at a fresh establishment a quorum of voters' disks hold
+    /// currentEpoch >= epoch (their NEWLEADER acks); at a rollover, acceptedEpoch
+    /// >= epoch (the fence). Observers' disks never count (ObserversNotCounted).
+    fn check_voter_quorum_for(
+        &self,
+        i: usize,
+        epoch: rzk_zxid::Epoch,
+        fresh: bool,
+    ) -> Result<(), Violation> {
+        let behind = self.nodes[..self.voters]
+            .iter()
+            .filter(|n| {
+                let ep = n.disk.epochs;
+                if fresh {
+                    ep.current >= epoch
+                } else {
+                    ep.accepted >= epoch
+                }
+            })
+            .count();
+        if behind < self.voters / 2 + 1 {
+            return Err(violation(
+                "ObserversNotCounted",
+                format!(
+                    "{:?} established epoch {epoch} with {behind} of {} voters behind it",
+                    self.nodes[i].id, self.voters
+                ),
+            ));
         }
         Ok(())
     }

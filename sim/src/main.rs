@@ -5,7 +5,8 @@
 //! (3 or 5; default alternates per seed), `--limit C` (zxid counter limit),
 //! `--bug-5094` (re-introduce ZOOKEEPER-5094), `--bug-5088` (relays start
 //! without the proposals in flight, ZOOKEEPER-5088), `--observers N` (simulated
-//! observers, default 2), `--no-claims-check` (skip the
+//! observers, default 2), `--observer-members N` (non-voting members of the
+//! quorum, default: each seed picks 0, 1 or 2), `--no-claims-check` (skip the
 //! I1 message check, to see what a violation leads to), `--fault-ms MS`,
 //! `--trace LINES`.
 
@@ -34,6 +35,9 @@ fn main() {
     }
     if let Some(n) = get("--observers") {
         opts.observers = n as usize;
+    }
+    if let Some(n) = get("--observer-members") {
+        opts.observer_members = Some(n as usize);
     }
     if args.iter().any(|a| a == "--no-claims-check") {
         opts.check_claims = false;

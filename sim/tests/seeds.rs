@@ -4,9 +4,12 @@
 use rzk_quorum::core::TestBugs;
 use rzk_sim::{failover, run, Options};
 
+/// `nodes` voters and no observer members: the pinned seeds below replay the
+/// runs they were found in, before observer members existed.
 fn opts(nodes: usize) -> Options {
     Options {
         nodes,
+        observer_members: Some(0),
         ..Options::default()
     }
 }
@@ -180,6 +183,7 @@ fn snapshot_from_a_rolled_over_epoch_is_fenced() {
     let o = Options {
         nodes: 3,
         counter_limit: Some(4),
+        observer_members: Some(0),
         ..Options::default()
     };
     run(206_068, &o).unwrap_or_else(|f| panic!("{f}"));
@@ -223,4 +227,36 @@ fn an_interrupted_snap_does_not_raise_the_commit_point() {
         ..opts(5)
     };
     run(2_002_023, &o).unwrap_or_else(|f| panic!("{f}"));
+}
+
+/// Found by CI's long run once observer members joined the seeds (seed
+/// 1001273, 5 voters and 1 observer member): a follower that had acked epoch
+/// e's NEWLEADER left on a broken stream, led epoch e+1 and committed in it;
+/// epoch e's leader never saw the connection drop and counted the stale ack
+/// (LeaderLogCompleteness). A leader now drops a learner it hears LOOKING.
+/// Checked by hand that it fails without the fix.
+#[test]
+fn a_looking_learners_newleader_ack_does_not_establish_a_leader() {
+    let o = Options {
+        fault_ms: 20_000,
+        observer_members: Some(1),
+        ..opts(5)
+    };
+    run(1_001_273, &o).unwrap_or_else(|f| panic!("{f}"));
+}
+
+/// Found by CI's long run once observer members joined the seeds (seed
+/// 1005498, 3 voters and 2 observer members): an observer far behind got SNAP
+/// of a large state in small chunks; the leader's next snapshot trimmed the log
+/// after the one being sent, so the transfer ended in vain and started over,
+/// past the settle bound (Liveness). A SNAP in progress now keeps the log after
+/// its snapshot. Checked by hand that it fails without the fix.
+#[test]
+fn a_snap_in_progress_keeps_the_log_after_its_snapshot() {
+    let o = Options {
+        fault_ms: 20_000,
+        observer_members: Some(2),
+        ..opts(3)
+    };
+    run(1_005_498, &o).unwrap_or_else(|f| panic!("{f}"));
 }

@@ -90,8 +90,14 @@ impl Peer {
         let State::Looking(e) = &self.state else {
             return;
         };
+        // An observer asks the voters who leads; its vote counts nowhere.
+        let state = if self.cfg.is_observer() {
+            PeerState::Observing
+        } else {
+            PeerState::Looking
+        };
         let n = Notification {
-            state: PeerState::Looking,
+            state,
             vote: e.vote,
             round: self.round,
         };
@@ -148,6 +154,20 @@ impl Peer {
     }
 
     pub(super) fn on_notification(&mut self, from: PeerId, n: Notification) {
+        if self.cfg.is_observer() {
+            self.observer_on_notification(from, n);
+            return;
+        }
+        if !self.is_voter(from) {
+            // An observer asks only when it has no leader: a session this
+            // leader still holds for it is over.
+            self.leader_note_learner_left(from);
+            // §2.6/§2.7: an observer asking who leads gets this voter's current
+            // vote and state; its notification is never a vote.
+            let reply = self.current_notification();
+            self.send(from, Message::Notification(reply));
+            return;
+        }
         if !self.is_voter(n.vote.leader) {
             self.refuse(
                 from,
@@ -164,6 +184,18 @@ impl Peer {
             // the end of a round, seen in simulation).
             self.go_looking();
         }
+        if n.state == PeerState::Looking {
+            // A voter that is looking has left any session it had with this
+            // leader. Its NEWLEADER ack must not count any more: it may be
+            // acknowledging a later epoch's leader already (found in simulation,
+            // seed 1001273: a learner that acked NEWLEADER left on a broken
+            // stream, led epoch e+1 and committed in it, and its stale ack then
+            // established epoch e's leader without those txns; the leader never
+            // saw the connection drop, but it got the learner's LOOKING
+            // notification). A stale notification overtaking a new session's
+            // FOLLOWERINFO only costs that learner a reconnect.
+            self.leader_note_learner_left(from);
+        }
         if !matches!(self.state, State::Looking(_)) {
             // §2.6: a peer that is not looking answers a looking one with its
             // current vote, so it can join.
@@ -177,6 +209,58 @@ impl Peer {
             PeerState::Looking => self.on_looking_notification(from, n),
             PeerState::Following | PeerState::Leading => self.on_settled_notification(from, n),
             PeerState::Observing => {}
+        }
+    }
+
+    /// An observer follows the leader a quorum of voters reports as FOLLOWING or
+    /// LEADING, once the leader itself confirms it (§2.7: the `outofelection`
+    /// rule with checkLeader). It never answers a notification (the voters
+    /// answer it; two answering peers would echo forever) and its own vote is
+    /// never counted, here or anywhere.
+    fn observer_on_notification(&mut self, from: PeerId, n: Notification) {
+        if !self.is_voter(from) || !matches!(self.state, State::Looking(_)) {
+            return;
+        }
+        match n.state {
+            PeerState::Following | PeerState::Leading => {}
+            PeerState::Looking | PeerState::Observing => return,
+        }
+        if !self.is_voter(n.vote.leader) {
+            self.refuse(
+                from,
+                "NOTIFICATION",
+                super::Refusal::UnknownVoter(n.vote.leader),
+            );
+            return;
+        }
+        let quorum = self.cfg.quorum();
+        let voters = self.cfg.voters.clone();
+        let same = |v: &Vote| v.leader == n.vote.leader && v.peer_epoch == n.vote.peer_epoch;
+        let e = self.election();
+        e.out_of_election.insert(from, (n.state, n.vote));
+        let leader_confirms = e
+            .out_of_election
+            .get(&n.vote.leader)
+            .is_some_and(|(st, v)| *st == PeerState::Leading && same(v));
+        let agree = e
+            .out_of_election
+            .iter()
+            .filter(|(p, (_, v))| voters.contains(p) && same(v))
+            .count();
+        if agree >= quorum && leader_confirms {
+            self.round = n.round.max(self.round);
+            self.decide(n.vote);
+        }
+    }
+
+    /// On a leader: `from` asks for a leader, so whatever session it had here is
+    /// over; it is dropped as if its connection had ended (which may end this
+    /// leadership, as a lost connection does).
+    fn leader_note_learner_left(&mut self, from: PeerId) {
+        if let State::Leading(l) = &self.state {
+            if l.has_learner(from) {
+                self.leader_on_disconnected(from);
+            }
         }
     }
 
@@ -233,7 +317,9 @@ impl Peer {
     }
 
     fn check_decision(&mut self) {
-        if self.led_by_parked_quorum() {
+        // An observer never decides on votes (it has none); it follows what a
+        // quorum of voters reports (`observer_on_notification`).
+        if self.cfg.is_observer() || self.led_by_parked_quorum() {
             return;
         }
         let quorum = self.cfg.quorum();
@@ -304,6 +390,11 @@ impl Peer {
             self.refuse_stale(from, session, &msg);
             return;
         };
+        if self.cfg.is_observer() {
+            // Nobody can have decided that an observer leads.
+            self.refuse_stale(from, session, &msg);
+            return;
+        }
         if seq != 0 {
             self.refuse(
                 from,
@@ -407,7 +498,13 @@ impl Peer {
             return;
         }
         let now = self.now;
-        let max = self.cfg.notification_interval_max;
+        // An observer keeps asking at the shortest interval: the voters do not
+        // tell it when they settle, and its question costs them one reply.
+        let max = if self.cfg.is_observer() {
+            self.cfg.notification_interval_min
+        } else {
+            self.cfg.notification_interval_max
+        };
         let e = self.election();
         if now >= e.next_send {
             e.interval = (e.interval * 2).min(max);

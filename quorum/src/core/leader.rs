@@ -59,6 +59,12 @@ struct Handle {
     pong: u64,
     /// The SNAP transfer to this learner, while in [`HPhase::SnapSending`].
     snap: Option<SnapSend>,
+    /// A non-voting observer: it gets the sync, then committed transactions
+    /// only (INFORM), and counts in no quorum.
+    observer: bool,
+    /// Observers: where the sync data started (the point its INFORM lag is
+    /// counted from until it acknowledges more).
+    synced_from: Zxid,
 }
 
 /// A SNAP transfer to one learner: the snapshot file in chunks read from
@@ -170,7 +176,7 @@ impl Leader {
             .iter()
             .map(|(id, h)| crate::LearnerStats {
                 id: *id,
-                voting: voters.contains(id),
+                voting: voters.contains(id) && !h.observer,
                 synced: h.phase >= HPhase::NewLeaderAcked,
                 acked: h.acked,
             })
@@ -179,6 +185,21 @@ impl Leader {
 
     pub(crate) fn pending_syncs(&self) -> usize {
         self.syncs.len()
+    }
+
+    /// The oldest snapshot a SNAP transfer in progress is sending: the log
+    /// after it must stay in memory until the transfer ends, or the transfer
+    /// ends in vain (`leader_on_snap_read`).
+    pub(crate) fn snap_transfer_base(&self) -> Option<Zxid> {
+        self.learners
+            .values()
+            .filter_map(|h| h.snap.as_ref().map(|s| s.snapshot.zxid))
+            .min()
+    }
+
+    /// Whether `id` has a session with this leader.
+    pub(crate) fn has_learner(&self, id: PeerId) -> bool {
+        self.learners.contains_key(&id)
     }
 
     fn offer(&self) -> Epoch {
@@ -323,9 +344,12 @@ impl Peer {
         kind: LearnerKind,
         accepted: Epoch,
     ) {
-        if kind == LearnerKind::Observer {
+        if self.cfg.member_kind(from) != Some(kind) {
+            // A voter posing as an observer or the reverse: its configuration
+            // disagrees with ours, and counting it either way would be wrong.
+            self.refuse(from, "FOLLOWERINFO", Refusal::Unexpected);
             let msg = SessionMsg::Reject {
-                reason: RejectReason::Unsupported,
+                reason: RejectReason::Protocol,
             };
             self.send(
                 from,
@@ -362,12 +386,24 @@ impl Peer {
                 last_heard: now,
                 pong: 0,
                 snap: None,
+                observer: kind == LearnerKind::Observer,
+                synced_from: Zxid::ZERO,
             },
         );
         // A peer that restarted and reconnects must not keep counting towards
         // quorums of its previous session.
         l.epoch_acks.remove(&from);
         l.newleader_acks.remove(&from);
+        if kind == LearnerKind::Observer {
+            // An observer takes no part in discovery (ZOOKEEPER-2959: its
+            // acceptedEpoch never chooses the epoch, its ACKEPOCH never counts).
+            // It is offered the epoch once this leader is established, and
+            // synchronised from the committed history only.
+            if l.phase == Phase::Broadcast {
+                self.leader_send_leader_info(from);
+            }
+            return;
+        }
         match l.phase {
             Phase::Discovery => {
                 l.connecting.insert(from, accepted);
@@ -407,7 +443,14 @@ impl Peer {
         if n < quorum {
             return;
         }
-        let max = l.connecting.values().copied().max().unwrap_or(Epoch(0));
+        // Only voters choose the epoch (ZOOKEEPER-2959).
+        let max = l
+            .connecting
+            .iter()
+            .filter(|(p, _)| voters.contains(p))
+            .map(|(_, e)| *e)
+            .max()
+            .unwrap_or(Epoch(0));
         let Some(epoch) = max.next() else {
             // The epoch space is exhausted: no leader can ever be elected again.
             // Give up leading; nothing unsafe happens.
@@ -455,7 +498,7 @@ impl Peer {
         let waiting: Vec<PeerId> = l
             .learners
             .iter()
-            .filter(|(_, h)| h.phase == HPhase::Info)
+            .filter(|(_, h)| h.phase == HPhase::Info && !h.observer)
             .map(|(id, _)| *id)
             .collect();
         for id in waiting {
@@ -593,7 +636,18 @@ impl Peer {
             return;
         };
         let ends = h.peer_epoch_ends.clone();
-        let (mode, after) = self.sync_plan(h.peer_last, &ends);
+        let observer = h.observer;
+        let (mut mode, mut after) = self.sync_plan(h.peer_last, &ends);
+        let commit = self.ld_ref().commit;
+        if observer && after > commit && !matches!(mode, SessionMsg::Snap { .. }) {
+            // An observer is sent committed history only; a log past the commit
+            // point (written when it was configured as a voter) is cut back.
+            mode = SessionMsg::Trunc { to: commit };
+            after = commit;
+        }
+        if let Some(h) = self.ld().learners.get_mut(&id) {
+            h.synced_from = after;
+        }
         let snapshot = self.snapshot;
         let streams = matches!(mode, SessionMsg::Snap { .. }) && snapshot.size_bytes > 0;
         self.send_learner(id, mode);
@@ -727,11 +781,19 @@ impl Peer {
             return;
         };
         let offered = h.offered;
+        // An observer's sync stops at the commit point: what follows reaches it
+        // as INFORM once committed, so it never holds a proposal that may be
+        // cut (it has no ACK that counts, and no TRUNC after UPTODATE).
+        let end = if h.observer {
+            self.ld_ref().commit
+        } else {
+            Zxid::from_u64(u64::MAX)
+        };
         let entries: Vec<Entry> = self
             .log
             .iter()
             .chain(self.blocked.iter())
-            .filter(|e| e.zxid > after)
+            .filter(|e| e.zxid > after && e.zxid <= end)
             .cloned()
             .collect();
         for chunk in entries.chunks(self.cfg.batch_entries_max.max(1)) {
@@ -747,7 +809,10 @@ impl Peer {
         // proposed anything, so what precedes it is committed), and our commit
         // point once established. Without it a learner would hold back, behind an
         // old rollover proposal's gate, entries its NEWLEADER ACK must cover.
-        let upto = self.known_committed_prefix().max(self.ld_ref().commit);
+        let upto = self
+            .known_committed_prefix()
+            .max(self.ld_ref().commit)
+            .min(end);
         if upto > Zxid::ZERO {
             self.send_learner(id, SessionMsg::Commit { upto });
         }
@@ -849,6 +914,16 @@ impl Peer {
             }
             self.send_learner(id, SessionMsg::UpToDate { committed: last });
         }
+        let observers: Vec<PeerId> = self
+            .ld_ref()
+            .learners
+            .iter()
+            .filter(|(_, h)| h.observer && h.phase == HPhase::Info)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in observers {
+            self.leader_send_leader_info(id);
+        }
         self.raise_commit_known(last);
         self.apply_enabled = true;
         // The initial history first, then the role: the state machine is
@@ -907,7 +982,7 @@ impl Peer {
             .ld_ref()
             .learners
             .iter()
-            .filter(|(_, h)| h.phase >= HPhase::Synced)
+            .filter(|(_, h)| h.phase >= HPhase::Synced && !h.observer)
             .map(|(id, _)| *id)
             .collect();
         for id in targets {
@@ -972,16 +1047,66 @@ impl Peer {
             .ld_ref()
             .learners
             .iter()
-            .filter(|(_, h)| h.phase >= HPhase::Synced)
+            .filter(|(_, h)| h.phase >= HPhase::Synced && !h.observer)
             .map(|(id, _)| *id)
             .collect();
         for id in targets {
             self.send_learner(id, SessionMsg::Commit { upto: candidate });
         }
+        self.leader_inform_observers(old, candidate);
         self.raise_commit_known(candidate);
         self.advance_apply();
         self.leader_note_rollovers(old, candidate);
         self.leader_check_syncs();
+    }
+
+    /// Sends every synced observer the transactions committed in `(old, new]`
+    /// (INFORM), with `old`, the committed zxid they follow: `Zxid::is_next`
+    /// alone cannot see a gap that ends at an epoch boundary. An observer
+    /// further behind than `observer_lag_entries_max` is dropped (it syncs
+    /// again): it never holds the voters back.
+    fn leader_inform_observers(&mut self, old: Zxid, new: Zxid) {
+        let observers: Vec<(PeerId, Zxid)> = self
+            .ld_ref()
+            .learners
+            .iter()
+            .filter(|(_, h)| h.observer && h.phase >= HPhase::Synced)
+            .map(|(id, h)| (*id, h.acked.max(h.synced_from)))
+            .collect();
+        if observers.is_empty() {
+            return;
+        }
+        let entries: Vec<Entry> = self
+            .log
+            .iter()
+            .chain(self.blocked.iter())
+            .filter(|e| e.zxid > old && e.zxid <= new)
+            .cloned()
+            .collect();
+        debug_assert!(
+            entries.first().is_some_and(|e| e.zxid.is_next(old))
+                && entries.windows(2).all(|w| w[1].zxid.is_next(w[0].zxid))
+                && entries.last().is_some_and(|e| e.zxid == new),
+            "I4: INFORM carries every committed transaction in order"
+        );
+        let upto = self.log.partition_point(|e| e.zxid <= new);
+        let lag_max = self.cfg.observer_lag_entries_max;
+        for (id, durable) in observers {
+            let lag = upto - self.log.partition_point(|e| e.zxid <= durable);
+            if lag > lag_max {
+                self.drop_learner(id, RejectReason::Protocol);
+                continue;
+            }
+            let mut prev = old;
+            for chunk in entries.chunks(self.cfg.batch_entries_max.max(1)) {
+                let msg = SessionMsg::Inform {
+                    prev,
+                    entries: chunk.to_vec(),
+                };
+                prev = chunk.last().expect("non-empty chunk").zxid;
+                self.send_learner(id, msg);
+            }
+        }
     }
 
     /// A committed rollover proposal moves the leader to the next epoch: a quorum

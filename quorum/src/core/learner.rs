@@ -7,7 +7,7 @@ use rzk_zxid::{Epoch, Zxid};
 
 use super::{Effect, Output, Peer, Refusal, SnapshotRef, State, StorageCmd, SyncMode, Tick};
 use crate::message::{Entry, LearnerKind, Message, SessionId, SessionMsg, Vote};
-use crate::{PeerId, ReplicateError, Role};
+use crate::{PeerId, ReplicateError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Phase {
@@ -161,8 +161,13 @@ impl Peer {
         let accepted = self.durable.epochs.accepted;
         // I1: FOLLOWERINFO carries the durable acceptedEpoch.
         assert_eq!(accepted, self.durable.epochs.accepted);
+        let kind = if self.cfg.is_observer() {
+            LearnerKind::Observer
+        } else {
+            LearnerKind::Participant
+        };
         self.send_leader(SessionMsg::FollowerInfo {
-            kind: LearnerKind::Participant,
+            kind,
             accepted_epoch: accepted,
         });
     }
@@ -217,6 +222,11 @@ impl Peer {
                 self.learner_on_proposal(entries)
             }
             SessionMsg::Commit { upto } if phase >= Phase::Syncing => self.learner_on_commit(upto),
+            SessionMsg::Inform { prev, entries }
+                if phase >= Phase::Syncing && self.cfg.is_observer() =>
+            {
+                self.observer_on_inform(prev, entries)
+            }
             SessionMsg::NewLeader { epoch } if phase == Phase::Syncing => {
                 self.learner_on_new_leader(epoch)
             }
@@ -444,6 +454,28 @@ impl Peer {
         self.write_entries(entries);
     }
 
+    /// An observer receives committed transactions only. They must continue
+    /// exactly what it received: `prev` (the committed zxid the leader sent
+    /// them after) is the last one received, and each follows the one before
+    /// (`Zxid::is_next`, the rollover rule included). A gap or a reordering
+    /// ends the session and the observer syncs again; it never skips and
+    /// never applies out of order (I4, ZOOKEEPER-5088).
+    fn observer_on_inform(&mut self, prev: Zxid, entries: Vec<Entry>) {
+        let last = self.fl_ref().last_received;
+        let Some(upto) = entries.last().map(|e| e.zxid) else {
+            self.learner_protocol_error("INFORM", Refusal::Inconsistent { zxid: prev });
+            return;
+        };
+        if prev != last {
+            self.learner_protocol_error("INFORM", Refusal::Inconsistent { zxid: prev });
+            return;
+        }
+        self.learner_on_proposal(entries);
+        if matches!(&self.state, State::Following(f) if f.last_received == upto) {
+            self.learner_on_commit(upto);
+        }
+    }
+
     fn learner_on_commit(&mut self, upto: Zxid) {
         if upto > self.fl_ref().last_received {
             self.learner_protocol_error("COMMIT", Refusal::Inconsistent { zxid: upto });
@@ -612,8 +644,9 @@ impl Peer {
         self.apply_enabled = true;
         // The synced history first, then the role (see `leader_establish`).
         self.advance_apply();
+        let role = self.learner_role();
         self.out.push(Output::RoleChanged {
-            role: Role::Follower,
+            role,
             leader: Some(leader),
             epoch,
         });

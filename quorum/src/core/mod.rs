@@ -249,6 +249,12 @@ pub struct Config {
     /// has not yet acknowledged as stored: bounds the memory a SNAP sync takes
     /// on both sides, whatever the snapshot's size.
     pub snap_in_flight_bytes_max: u64,
+    /// Committed transactions the leader has sent (INFORM) to one observer and
+    /// the observer has not yet acknowledged as durable. Beyond it the observer
+    /// is dropped and syncs again: a slow observer never holds the leader's
+    /// memory or the voters back (ZooKeeper's observers can lag without
+    /// bound; here the bound is explicit).
+    pub observer_lag_entries_max: usize,
     /// Set by the driver, different at every start (for example a boot counter);
     /// makes session ids unique across restarts.
     pub incarnation: u64,
@@ -275,6 +281,7 @@ impl Config {
             log_retained_below_snapshot_max: 500,
             snap_chunk_bytes_max: 1 << 20,
             snap_in_flight_bytes_max: 8 << 20,
+            observer_lag_entries_max: 10_000,
             incarnation: 0,
             test_bugs: TestBugs::default(),
         }
@@ -676,12 +683,6 @@ impl Peer {
     /// snapshot to the state machine and start an election.
     pub fn new(cfg: Config, rec: Recovered, now: Tick) -> Result<(Peer, Vec<Output>), CoreError> {
         cfg.validate()?;
-        if cfg.is_observer() {
-            return Err(CoreError::InvalidConfig(format!(
-                "peer {} is an observer: the core does not run observers yet",
-                cfg.id.0
-            )));
-        }
         if rec.epochs.current > rec.epochs.accepted {
             return Err(CoreError::RecoveredEpochs(format!(
                 "currentEpoch {} > acceptedEpoch {}",
@@ -787,7 +788,7 @@ impl Peer {
     pub fn role(&self) -> Role {
         match &self.state {
             State::Leading(l) if l.is_established() => Role::Leader,
-            State::Following(f) if f.is_up_to_date() => Role::Follower,
+            State::Following(f) if f.is_up_to_date() => self.learner_role(),
             _ => Role::Looking,
         }
     }
@@ -892,6 +893,20 @@ impl Peer {
 
     fn is_voter(&self, id: PeerId) -> bool {
         self.cfg.voters.contains(&id)
+    }
+
+    /// A configured member, voting or not.
+    fn is_member(&self, id: PeerId) -> bool {
+        self.cfg.member_kind(id).is_some()
+    }
+
+    /// The role of this peer while it follows an up-to-date session.
+    fn learner_role(&self) -> Role {
+        if self.cfg.is_observer() {
+            Role::Observer
+        } else {
+            Role::Follower
+        }
     }
 
     fn send(&mut self, to: PeerId, msg: Message) {
@@ -1258,7 +1273,17 @@ impl Peer {
         }
         self.snapshot = snapshot;
         // Keep a bounded window below the snapshot for DIFF; older peers get SNAP.
-        let below = self.log.partition_point(|e| e.zxid <= zxid);
+        // A SNAP transfer in progress keeps what follows its snapshot: trimmed,
+        // the transfer would end in vain and start over from the new snapshot,
+        // and a large state sent in small chunks could restart for ever (found
+        // in simulation, seed 1005498: an observer member's SNAP took longer
+        // than the leader's snapshot interval). The window grows by at most
+        // what is written during the transfer.
+        let keep_after = match &self.state {
+            State::Leading(l) => l.snap_transfer_base().unwrap_or(zxid),
+            State::Looking(_) | State::Following(_) => zxid,
+        };
+        let below = self.log.partition_point(|e| e.zxid <= zxid.min(keep_after));
         let drop = below.saturating_sub(self.cfg.log_retained_below_snapshot_max);
         for _ in 0..drop {
             let e = self.log.pop_front().expect("counted");
@@ -1267,7 +1292,7 @@ impl Peer {
     }
 
     fn on_message(&mut self, from: PeerId, msg: Message) {
-        if !self.is_voter(from) || from == self.cfg.id {
+        if !self.is_member(from) || from == self.cfg.id {
             return;
         }
         // A message proves the link is up again.
@@ -1283,7 +1308,7 @@ impl Peer {
     }
 
     fn on_peer_disconnected(&mut self, peer: PeerId) {
-        if !self.is_voter(peer) || peer == self.cfg.id {
+        if !self.is_member(peer) || peer == self.cfg.id {
             return;
         }
         self.links_down.insert(peer);

@@ -4,6 +4,7 @@ use bytes::Bytes;
 use rzk_zxid::{CounterLimit, Epoch, Zxid};
 
 use super::*;
+use crate::message::LearnerKind;
 use crate::message::{Notification, PeerState, RejectReason, SessionId, SessionMsg, Vote};
 
 const L: PeerId = PeerId(2);
@@ -625,7 +626,12 @@ fn follower_info(accepted: u32) -> SessionMsg {
 
 /// Peer 1 leads peers 2 and 3 in epoch 2 (sessions 20 and 30), established.
 fn established_leader() -> Peer {
-    let (mut p, _) = Peer::new(cfg(1), recovered(vec![], 1, 1), Tick(0)).expect("starts");
+    established_leader_with(cfg(1))
+}
+
+/// [`established_leader`] with another configuration of peer 1.
+fn established_leader_with(cfg: Config) -> Peer {
+    let (mut p, _) = Peer::new(cfg, recovered(vec![], 1, 1), Tick(0)).expect("starts");
     p.step(Tick(1), from(2, looking_vote(1)));
     assert_eq!(p.role(), Role::Looking, "leading, not yet established");
     let out = p.step(Tick(2), from(2, session(20, 0, follower_info(1))));
@@ -1376,4 +1382,358 @@ fn membership_names_each_members_role_and_is_checked() {
     let voter =
         Config::new(PeerId(1), [PeerId(1), PeerId(2), PeerId(3)]).with_observers([PeerId(4)]);
     assert!(Peer::new(voter, Recovered::default(), Tick(0)).is_ok());
+}
+
+/// Feeds `input`, then completes every storage command it emitted (and those
+/// that follow from completing them), as a driver would; returns everything.
+fn step_durable(p: &mut Peer, now: u64, input: Input) -> Vec<Output> {
+    let mut all = p.step(Tick(now), input);
+    let mut seen = 0;
+    loop {
+        let last = all[seen..].iter().rev().find_map(|o| match o {
+            Output::Storage { op, .. } => Some(*op),
+            _ => None,
+        });
+        seen = all.len();
+        match last {
+            Some(op) => all.extend(p.step(Tick(now), Input::StorageDone { op })),
+            None => return all,
+        }
+    }
+}
+
+fn sends_to(out: &[Output], to: u64) -> Vec<SessionMsg> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Send {
+                to: t,
+                msg: Message::Session { msg, .. },
+            } if *t == PeerId(to) => Some(msg.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn observer_info() -> SessionMsg {
+    SessionMsg::FollowerInfo {
+        kind: LearnerKind::Observer,
+        accepted_epoch: Epoch(0),
+    }
+}
+
+/// Issue 12: an observer is synchronised by an established leader, never
+/// counts towards a proposal's quorum (its ACK alone with the leader's would
+/// be two of four members, a majority of nothing), and receives committed
+/// transactions only, as INFORM, with the committed zxid they follow.
+#[test]
+fn a_leader_counts_no_observer_ack_and_informs_it_of_commits_only() {
+    let mut p = established_leader_with(cfg(1).with_observers([PeerId(4)]));
+    let out = p.step(Tick(8), from(4, session(40, 0, observer_info())));
+    assert_eq!(
+        out,
+        vec![send(
+            4,
+            session(
+                40,
+                0,
+                SessionMsg::LeaderInfo {
+                    epoch: Epoch(2),
+                    established: true
+                }
+            )
+        )]
+    );
+    let ack_epoch = SessionMsg::AckEpoch {
+        current_epoch: Epoch(0),
+        last_zxid: Zxid::ZERO,
+        epoch_ends: vec![Zxid::ZERO],
+    };
+    let out = p.step(Tick(9), from(4, session(40, 1, ack_epoch)));
+    assert_eq!(
+        sends_to(&out, 4),
+        vec![
+            SessionMsg::Diff {
+                leader_last: Zxid::ZERO
+            },
+            SessionMsg::NewLeader { epoch: Epoch(2) }
+        ]
+    );
+    let ack = SessionMsg::AckNewLeader { epoch: Epoch(2) };
+    let out = p.step(Tick(10), from(4, session(40, 2, ack)));
+    assert_eq!(
+        sends_to(&out, 4),
+        vec![SessionMsg::UpToDate {
+            committed: Zxid::ZERO
+        }]
+    );
+    let stats = p.learner_stats();
+    let obs = stats.iter().find(|l| l.id == PeerId(4)).expect("listed");
+    assert!(!obs.voting && obs.synced, "{stats:?}");
+
+    let out = step_durable(&mut p, 11, Input::Propose(vec![(7, Bytes::from("a"))]));
+    assert!(
+        sends_to(&out, 4).is_empty(),
+        "no PROPOSAL to an observer: {out:?}"
+    );
+    assert_eq!(sends_to(&out, 2).len(), 1, "{out:?}");
+    // The observer acknowledges (it may; it is recorded, never counted).
+    let out = p.step(
+        Tick(12),
+        from(4, session(40, 3, SessionMsg::Ack { upto: z(2, 1) })),
+    );
+    assert_eq!(out, vec![], "an observer's ACK commits nothing");
+    assert_eq!(p.commit_known(), Zxid::ZERO);
+    let out = p.step(
+        Tick(13),
+        from(2, session(20, 3, SessionMsg::Ack { upto: z(2, 1) })),
+    );
+    assert_eq!(
+        sends_to(&out, 2),
+        vec![SessionMsg::Commit { upto: z(2, 1) }]
+    );
+    assert_eq!(
+        sends_to(&out, 4),
+        vec![SessionMsg::Inform {
+            prev: Zxid::ZERO,
+            entries: vec![Entry {
+                zxid: z(2, 1),
+                payload: Bytes::from("a")
+            }]
+        }]
+    );
+    assert_eq!(p.commit_known(), z(2, 1));
+}
+
+/// Issue 12: an observer that falls further behind than
+/// `observer_lag_entries_max` is dropped (it syncs again) instead of being
+/// fed without bound; the voters commit on.
+#[test]
+fn a_slow_observer_is_dropped_not_waited_for() {
+    let mut c = cfg(1).with_observers([PeerId(4)]);
+    c.observer_lag_entries_max = 2;
+    let mut p = established_leader_with(c);
+    p.step(Tick(8), from(4, session(40, 0, observer_info())));
+    let ack_epoch = SessionMsg::AckEpoch {
+        current_epoch: Epoch(0),
+        last_zxid: Zxid::ZERO,
+        epoch_ends: vec![Zxid::ZERO],
+    };
+    p.step(Tick(9), from(4, session(40, 1, ack_epoch)));
+    let ack = SessionMsg::AckNewLeader { epoch: Epoch(2) };
+    p.step(Tick(10), from(4, session(40, 2, ack)));
+    let mut informed = 0;
+    let mut dropped = false;
+    for k in 1..=4u32 {
+        step_durable(
+            &mut p,
+            10 + u64::from(k),
+            Input::Propose(vec![(u64::from(k), Bytes::from("x"))]),
+        );
+        let out = p.step(
+            Tick(10 + u64::from(k)),
+            // Voter 2's session: LEADERINFO .. ACKNEWLEADER were 0-2.
+            from(
+                2,
+                session(20, u64::from(k) + 2, SessionMsg::Ack { upto: z(2, k) }),
+            ),
+        );
+        assert_eq!(p.commit_known(), z(2, k), "voters commit regardless");
+        for m in sends_to(&out, 4) {
+            match m {
+                SessionMsg::Inform { .. } => informed += 1,
+                SessionMsg::Reject { .. } => dropped = true,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+    assert_eq!(informed, 2, "two INFORMs within the limit");
+    assert!(dropped, "the third unacknowledged one drops the observer");
+    assert!(p.learner_stats().iter().all(|l| l.id != PeerId(4)));
+}
+
+fn observer_cfg() -> Config {
+    let mut c =
+        Config::new(PeerId(4), [PeerId(1), PeerId(2), PeerId(3)]).with_observers([PeerId(4)]);
+    c.finalize_wait = 0;
+    c
+}
+
+/// An observer 4 of voters 1-3, past UPTODATE of leader 2 in epoch 1 (its
+/// session and the leader's next sequence number).
+fn synced_observer() -> (Peer, Stream) {
+    let (mut p, out) = Peer::new(observer_cfg(), Recovered::default(), Tick(0)).expect("starts");
+    let asks: Vec<_> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Send {
+                msg: Message::Notification(n),
+                ..
+            } => Some(n.state),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        asks,
+        vec![PeerState::Observing; 3],
+        "it asks each voter, as an observer"
+    );
+    // The leader's own word is not enough: a quorum of voters must agree.
+    let out = p.step(Tick(1), note(2, PeerState::Leading, L, 1));
+    assert_eq!(out, vec![], "it never answers a notification");
+    let out = p.step(Tick(1), note(1, PeerState::Looking, PeerId(1), 1));
+    assert_eq!(out, vec![], "a looking voter's vote means nothing to it");
+    let out = p.step(Tick(1), note(3, PeerState::Following, L, 1));
+    let session = match out.as_slice() {
+        [Output::Send {
+            to,
+            msg:
+                Message::Session {
+                    session,
+                    seq: 0,
+                    msg:
+                        SessionMsg::FollowerInfo {
+                            kind: LearnerKind::Observer,
+                            ..
+                        },
+                },
+        }] if *to == L => *session,
+        other => panic!("expected an observer's FOLLOWERINFO, got {other:?}"),
+    };
+    let mut s = Stream { session, seq: 0 };
+    step_durable(
+        &mut p,
+        2,
+        s.msg(SessionMsg::LeaderInfo {
+            epoch: Epoch(1),
+            established: true,
+        }),
+    );
+    step_durable(
+        &mut p,
+        3,
+        s.msg(SessionMsg::Diff {
+            leader_last: Zxid::ZERO,
+        }),
+    );
+    step_durable(&mut p, 4, s.msg(SessionMsg::NewLeader { epoch: Epoch(1) }));
+    let out = step_durable(
+        &mut p,
+        5,
+        s.msg(SessionMsg::UpToDate {
+            committed: Zxid::ZERO,
+        }),
+    );
+    assert!(out.contains(&Output::RoleChanged {
+        role: Role::Observer,
+        leader: Some(L),
+        epoch: Epoch(1),
+    }));
+    assert_eq!(p.role(), Role::Observer);
+    (p, s)
+}
+
+fn applied(out: &[Output]) -> Vec<Zxid> {
+    out.iter()
+        .flat_map(|o| match o {
+            Output::Apply(es) => es.iter().map(|e| e.zxid).collect(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+#[test]
+fn an_observer_applies_informed_transactions_in_order() {
+    let (mut p, mut s) = synced_observer();
+    let out = step_durable(
+        &mut p,
+        6,
+        s.msg(SessionMsg::Inform {
+            prev: Zxid::ZERO,
+            entries: vec![entry(1, 1), entry(1, 2)],
+        }),
+    );
+    assert_eq!(applied(&out), vec![z(1, 1), z(1, 2)]);
+    let out = step_durable(
+        &mut p,
+        7,
+        s.msg(SessionMsg::Inform {
+            prev: z(1, 2),
+            entries: vec![entry(1, 3)],
+        }),
+    );
+    assert_eq!(applied(&out), vec![z(1, 3)]);
+    // Proposals go to the leader; the observer proposes nothing itself.
+    let out = p.step(Tick(8), Input::Propose(vec![(1, Bytes::from("w"))]));
+    assert_eq!(
+        out,
+        vec![Output::ProposeFailed {
+            id: 1,
+            error: ReplicateError::NotLeader { leader: Some(L) }
+        }]
+    );
+}
+
+/// The gap of ZOOKEEPER-5088 (Z2 then Z4) and one that ends at an epoch
+/// boundary (the last txns of epoch 1 missing, then the first of epoch 2:
+/// `Zxid::is_next` accepts it, the carried `prev` does not) both end the
+/// session; nothing is applied out of order.
+#[test]
+fn an_observer_that_sees_a_gap_drops_its_session_and_resyncs() {
+    let informs = [
+        (z(1, 2), vec![entry(1, 3)]),
+        (Zxid::ZERO, vec![entry(1, 1), entry(1, 3)]),
+        (z(1, 4), vec![entry(2, 1)]),
+    ];
+    for (prev, entries) in informs {
+        let (mut p, mut s) = synced_observer();
+        step_durable(
+            &mut p,
+            6,
+            s.msg(SessionMsg::Inform {
+                prev: Zxid::ZERO,
+                entries: vec![entry(1, 1)],
+            }),
+        );
+        let out = step_durable(&mut p, 7, s.msg(SessionMsg::Inform { prev, entries }));
+        assert_eq!(applied(&out), vec![], "nothing applied past a gap");
+        assert!(
+            out.iter()
+                .any(|o| matches!(o, Output::Refused { msg: "INFORM", .. })),
+            "{out:?}"
+        );
+        assert!(out.contains(&Output::RoleChanged {
+            role: Role::Looking,
+            leader: None,
+            epoch: Epoch(1),
+        }));
+        assert_eq!(p.applied(), z(1, 1));
+    }
+}
+
+/// A voter answers an observer's question with its current vote, and never
+/// counts it as a vote.
+#[test]
+fn a_voter_answers_an_observer_and_does_not_count_it() {
+    let (mut p, _) = Peer::new(cfg(1), recovered(vec![], 1, 1), Tick(0)).expect("starts");
+    let c = cfg(1).with_observers([PeerId(4)]);
+    let (mut q, _) = Peer::new(c, recovered(vec![], 1, 1), Tick(0)).expect("starts");
+    // Without observers configured, peer 4 is a stranger: dropped.
+    let ask = Message::Notification(Notification {
+        state: PeerState::Observing,
+        vote: Vote {
+            leader: PeerId(4),
+            zxid: Zxid::ZERO,
+            peer_epoch: Epoch(0),
+        },
+        round: 1,
+    });
+    assert_eq!(p.step(Tick(1), from(4, ask.clone())), vec![]);
+    let out = q.step(Tick(1), from(4, ask));
+    assert!(
+        matches!(out.as_slice(), [Output::Send { to: PeerId(4), msg: Message::Notification(n) }] if n.state == PeerState::Looking),
+        "{out:?}"
+    );
+    // Voter 2 agreeing with 1, plus observer 4 asking: 1 leads only once a
+    // quorum of voters agrees, and the observer's ask is never one.
+    assert_eq!(q.role(), Role::Looking);
 }
