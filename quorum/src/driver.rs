@@ -24,6 +24,7 @@ use crate::core::{
     Config, Input, OpId, Output, Peer, ReadCmd, ReadData, ReadId, Refusal, SnapshotRef, StorageCmd,
     Tick,
 };
+use crate::message::{Message, SessionMsg};
 use crate::storage::{Storage, StorageError, StorageReader, WrittenSnapshot};
 use crate::transport::{Inbound, Inbox, Transport};
 use crate::{
@@ -94,6 +95,9 @@ enum Done {
 
 struct Shared {
     stats: Mutex<QuorumStats>,
+    /// Replication timings and counts (issue 16), shared with the storage
+    /// thread and snapshot writers; `stats()` copies them out.
+    metrics: Arc<Mutex<crate::replicator::MetricsAcc>>,
     role: Mutex<(Role, Option<PeerId>)>,
     /// Set by a graceful shutdown: new proposals fail at once.
     closing: AtomicBool,
@@ -149,11 +153,13 @@ impl ZabReplicator {
             .map_err(|e| ReplicateError::Storage(e.to_string()))?;
         let voters = cfg.core.voters.len();
         let reader = storage.reader();
-        let (store_tx, done_tx, done_rx, storage_thread) = spawn_storage(storage);
+        let metrics = Arc::new(Mutex::new(crate::replicator::MetricsAcc::default()));
+        let (store_tx, done_tx, done_rx, storage_thread) = spawn_storage(storage, metrics.clone());
         let read_tx = spawn_reader(reader.clone(), done_tx);
         let (commit_tx, commit_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             stats: Mutex::new(QuorumStats::looking(voters)),
+            metrics,
             role: Mutex::new((Role::Looking, None)),
             closing: AtomicBool::new(false),
             commits: Mutex::new(Some(CommitStream::unbounded(commit_rx))),
@@ -181,6 +187,8 @@ impl ZabReplicator {
             shutdown: None,
             shutdown_wait_max: cfg.shutdown_wait_max,
             relay: cfg.observer_relay.clone().map(crate::relay::RelayFeed::new),
+            looking_since: Some(Instant::now()),
+            sync_since: None,
         };
         d.carry_out(first);
         d.publish_stats();
@@ -249,7 +257,15 @@ impl Replicator for ZabReplicator {
                 .map_err(|e| ReplicateError::Storage(e.to_string()))
         };
         let cmds = self.cmds.clone();
+        let started = Instant::now();
+        let metrics = self.shared.metrics.clone();
         let commit = Box::new(move |written: WrittenSnapshot| {
+            // The file is written and durable: ZooKeeper's snapshottime.
+            metrics
+                .lock()
+                .expect("not poisoned")
+                .snapshot_time
+                .add(started.elapsed().as_millis() as u64);
             let (tx, rx) = oneshot::channel();
             if cmds.send(Cmd::CommitSnapshot(written, tx)).is_err() {
                 return Proposal::failed(ReplicateError::Shutdown);
@@ -283,7 +299,9 @@ impl Replicator for ZabReplicator {
     }
 
     fn stats(&self) -> QuorumStats {
-        self.shared.stats.lock().expect("not poisoned").clone()
+        let mut stats = self.shared.stats.lock().expect("not poisoned").clone();
+        stats.metrics = self.shared.metrics.lock().expect("not poisoned").snapshot();
+        stats
     }
 
     fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
@@ -316,16 +334,29 @@ type StorageThread = (
     std::thread::JoinHandle<()>,
 );
 
-fn spawn_storage<S: Storage>(mut storage: S) -> StorageThread {
+fn spawn_storage<S: Storage>(
+    mut storage: S,
+    metrics: Arc<Mutex<crate::replicator::MetricsAcc>>,
+) -> StorageThread {
     let (tx, rx) = std_mpsc::channel::<StoreReq>();
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let done = done_tx.clone();
     let thread = std::thread::Builder::new()
         .name("rzk-quorum-storage".into())
         .spawn(move || {
-            let flush = |storage: &mut S, last: &mut Option<OpId>| -> Result<(), StorageError> {
+            let mut pending = 0u64;
+            let flush = |storage: &mut S,
+                         last: &mut Option<OpId>,
+                         pending: &mut u64|
+             -> Result<(), StorageError> {
                 if let Some(op) = last.take() {
+                    let started = Instant::now();
                     storage.sync()?;
+                    let took = started.elapsed().as_millis() as u64;
+                    let mut m = metrics.lock().expect("not poisoned");
+                    m.fsync_time.add(took);
+                    m.group_commit_size.add(std::mem::take(pending));
+                    drop(m);
                     let _ = done.send(Done::Ops(op));
                 }
                 Ok(())
@@ -342,12 +373,13 @@ fn spawn_storage<S: Storage>(mut storage: S) -> StorageThread {
                         StoreReq::Cmd(op, cmd) => match storage.execute(cmd) {
                             Ok(()) => {
                                 last = Some(op);
+                                pending += 1;
                                 Ok(())
                             }
                             // Bad input, nothing changed: the commands before
                             // it are made durable and reported first.
                             Err(StorageError::Refused(why)) => {
-                                flush(&mut storage, &mut last).map(|()| {
+                                flush(&mut storage, &mut last, &mut pending).map(|()| {
                                     let _ = done.send(Done::Refused(op, why));
                                 })
                             }
@@ -355,7 +387,7 @@ fn spawn_storage<S: Storage>(mut storage: S) -> StorageThread {
                         },
                         StoreReq::CommitSnapshot(written, reply) => {
                             let zxid = written.zxid();
-                            flush(&mut storage, &mut last)
+                            flush(&mut storage, &mut last, &mut pending)
                                 .and_then(|()| storage.commit_snapshot(written))
                                 .map(|snapshot| {
                                     let _ =
@@ -367,7 +399,7 @@ fn spawn_storage<S: Storage>(mut storage: S) -> StorageThread {
                         break;
                     }
                 }
-                if let Err(e) = result.and_then(|()| flush(&mut storage, &mut last)) {
+                if let Err(e) = result.and_then(|()| flush(&mut storage, &mut last, &mut pending)) {
                     let _ = done.send(Done::Failed(e));
                     return;
                 }
@@ -453,6 +485,10 @@ struct Driver<T: Transport> {
     shutdown_wait_max: Duration,
     /// Feeds the observer relay source, if there is one.
     relay: Option<crate::relay::RelayFeed>,
+    /// When this peer last went looking (ZooKeeper's `election_time`).
+    looking_since: Option<Instant>,
+    /// When this peer, as a learner, sent FOLLOWERINFO (its sync time).
+    sync_since: Option<Instant>,
 }
 
 /// The driver owns the transport: when it stops (a graceful shutdown, a storage
@@ -499,6 +535,15 @@ impl<T: Transport> Driver<T> {
                         self.step(Input::StorageRefused { op });
                     }
                     Some(Done::SnapshotCommitted(zxid, snapshot, reply)) => {
+                        self.shared.metrics.lock().expect("not poisoned").last_snapshot =
+                            Some(crate::replicator::LastSnapshot {
+                                zxid,
+                                unix_secs: std::time::SystemTime::now()
+                                    .duration_since(std::time::UNIX_EPOCH)
+                                    .map(|d| d.as_secs())
+                                    .unwrap_or(0),
+                                size_bytes: snapshot.size_bytes,
+                            });
                         self.step(Input::SnapshotSaved { snapshot });
                         let _ = reply.send(Ok(zxid));
                     }
@@ -517,9 +562,11 @@ impl<T: Transport> Driver<T> {
                 },
                 m = inbox.recv() => {
                     let Some(m) = m else { return };
+                    self.count_inbound(&m);
                     self.step(inbound(m));
                     for _ in 0..256 {
                         let Ok(m) = inbox.try_recv() else { break };
+                        self.count_inbound(&m);
                         self.step(inbound(m));
                     }
                 }
@@ -591,6 +638,66 @@ impl<T: Transport> Driver<T> {
         self.publish_stats();
     }
 
+    /// `learner_commit_received_count`: a COMMIT (or, to an observer, an
+    /// INFORM) reaching a learner, as ZooKeeper counts them.
+    fn count_inbound(&self, m: &Inbound) {
+        if let Inbound::Message {
+            msg:
+                Message::Session {
+                    msg: SessionMsg::Commit { .. } | SessionMsg::Inform { .. },
+                    ..
+                },
+            ..
+        } = m
+        {
+            self.shared
+                .metrics
+                .lock()
+                .expect("not poisoned")
+                .learner_commit_received_count += 1;
+        }
+    }
+
+    /// Counts what an output says about replication (syncs sent, proposals,
+    /// the start of this learner's sync); the output is carried out as it is.
+    fn count_output(&mut self, o: &Output) {
+        let mut m = self.shared.metrics.lock().expect("not poisoned");
+        match o {
+            Output::Send {
+                msg: Message::Session { msg, .. },
+                ..
+            } => match msg {
+                SessionMsg::Diff { .. } => m.diff_count += 1,
+                SessionMsg::Trunc { .. } => m.trunc_count += 1,
+                SessionMsg::Snap { .. } => m.snap_count += 1,
+                SessionMsg::FollowerInfo { .. } => self.sync_since = Some(Instant::now()),
+                _ => {}
+            },
+            Output::Proposed { .. } => m.proposal_count += 1,
+            Output::RoleChanged { role, .. } => {
+                let now = Instant::now();
+                if *role == Role::Looking {
+                    self.looking_since.get_or_insert(now);
+                    self.sync_since = None;
+                    return;
+                }
+                if let Some(since) = self.looking_since.take() {
+                    m.election_time
+                        .add(now.duration_since(since).as_millis() as u64);
+                }
+                if let Some(since) = self.sync_since.take() {
+                    let took = now.duration_since(since).as_millis() as u64;
+                    match role {
+                        Role::Follower => m.follower_sync_time.add(took),
+                        Role::Observer => m.observer_sync_time.add(took),
+                        Role::Leader | Role::Looking => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn publish_stats(&self) {
         let p = &self.peer;
         let stats = QuorumStats {
@@ -606,6 +713,8 @@ impl<T: Transport> Driver<T> {
             syncs: p.sync_counts(),
             elections: p.elections(),
             voters: p.voter_count(),
+            // Filled in by `stats()`, not at every step.
+            metrics: Default::default(),
         };
         *self.shared.stats.lock().expect("not poisoned") = stats;
     }
@@ -633,6 +742,7 @@ impl<T: Transport> Driver<T> {
 
     fn carry_out(&mut self, out: Vec<Output>) {
         for o in out {
+            self.count_output(&o);
             match o {
                 Output::Send { to, msg } => self.transport.send(to, msg),
                 Output::Storage { op, cmd } => {

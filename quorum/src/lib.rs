@@ -54,8 +54,9 @@ pub mod wal_storage;
 
 pub use driver::{DriverConfig, ZabReplicator};
 pub use replicator::{
-    CommitStream, Committed, LearnerStats, PeerId, Proposal, QuorumStats, ReplicateError,
-    Replicator, Role, SnapshotSource, SnapshotWriteError, SnapshotWriter, SyncBarrier,
+    CommitStream, Committed, LastSnapshot, LearnerStats, PeerId, Proposal, QuorumStats,
+    ReplicateError, Replicator, ReplicatorMetrics, Role, SnapshotSource, SnapshotWriteError,
+    SnapshotWriter, SummaryStats, SyncBarrier, SUMMARY_RECENT_MAX,
 };
 
 /// The log's options, re-exported so that a server configures its storage

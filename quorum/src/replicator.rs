@@ -353,6 +353,149 @@ pub struct QuorumStats {
     pub elections: u64,
     /// Voting members of the ensemble (this peer included).
     pub voters: usize,
+    /// Timings and counts of the replication events (ZooKeeper's
+    /// `ServerMetrics` that belong to replication).
+    pub metrics: ReplicatorMetrics,
+}
+
+/// A summary of observed values: count, sum, extremes and the median of the
+/// most recent [`SUMMARY_RECENT_MAX`] values (ZooKeeper's `AvgMinMaxCounter`
+/// plus the 0.5 quantile its Prometheus summaries of detail level BASIC carry).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SummaryStats {
+    /// Values observed.
+    pub count: u64,
+    /// Their sum.
+    pub sum: u64,
+    /// The smallest (0 when none).
+    pub min: u64,
+    /// The largest (0 when none).
+    pub max: u64,
+    /// The median of the most recent values (0 when none).
+    pub p50: u64,
+}
+
+impl SummaryStats {
+    /// The mean, 0.0 when nothing was observed.
+    pub fn avg(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum as f64 / self.count as f64
+        }
+    }
+}
+
+/// Recent values a summary keeps for its median.
+pub const SUMMARY_RECENT_MAX: usize = 256;
+
+/// A summary being accumulated (see [`SummaryStats`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Summary {
+    stats: SummaryStats,
+    recent: std::collections::VecDeque<u64>,
+}
+
+impl Summary {
+    pub(crate) fn add(&mut self, v: u64) {
+        let s = &mut self.stats;
+        s.min = if s.count == 0 { v } else { s.min.min(v) };
+        s.max = s.max.max(v);
+        s.count += 1;
+        s.sum = s.sum.saturating_add(v);
+        if self.recent.len() == SUMMARY_RECENT_MAX {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(v);
+    }
+
+    pub(crate) fn snapshot(&self) -> SummaryStats {
+        let mut sorted: Vec<u64> = self.recent.iter().copied().collect();
+        sorted.sort_unstable();
+        SummaryStats {
+            p50: sorted.get(sorted.len() / 2).copied().unwrap_or(0),
+            ..self.stats
+        }
+    }
+}
+
+/// The snapshot this peer last made durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LastSnapshot {
+    /// The zxid it is consistent at.
+    pub zxid: Zxid,
+    /// When it became durable, in seconds since the Unix epoch.
+    pub unix_secs: u64,
+    /// The size of its file.
+    pub size_bytes: u64,
+}
+
+/// Replication timings (milliseconds) and counts since this peer started.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplicatorMetrics {
+    /// ZooKeeper's `election_time`: from going looking to serving again as
+    /// leader, follower or observer (for a learner this includes its sync).
+    pub election_time_ms: SummaryStats,
+    /// ZooKeeper's `follower_sync_time`: from FOLLOWERINFO sent to serving, as
+    /// a follower.
+    pub follower_sync_time_ms: SummaryStats,
+    /// The same for an observer (`observer_sync_time`).
+    pub observer_sync_time_ms: SummaryStats,
+    /// ZooKeeper's `fsynctime`: each group commit's sync of the log.
+    pub fsync_time_ms: SummaryStats,
+    /// ZooKeeper's `snapshottime`: from the start of a snapshot's writing to
+    /// its file being durable.
+    pub snapshot_time_ms: SummaryStats,
+    /// Log commands (appends, truncations) made durable by one sync.
+    pub group_commit_size: SummaryStats,
+    /// As leader: DIFF syncs sent (ZooKeeper's `diff_count`).
+    pub diff_count: u64,
+    /// As leader: TRUNC syncs sent (rzk's own; ZooKeeper counts none).
+    pub trunc_count: u64,
+    /// As leader: SNAP syncs sent (ZooKeeper's `snap_count`).
+    pub snap_count: u64,
+    /// As leader: proposals made (ZooKeeper's `proposal_count`).
+    pub proposal_count: u64,
+    /// As learner: COMMIT messages received (`learner_commit_received_count`).
+    pub learner_commit_received_count: u64,
+    /// The last snapshot made durable, if any since the start.
+    pub last_snapshot: Option<LastSnapshot>,
+}
+
+/// The accumulating side of [`ReplicatorMetrics`].
+#[derive(Debug, Default)]
+pub(crate) struct MetricsAcc {
+    pub(crate) election_time: Summary,
+    pub(crate) follower_sync_time: Summary,
+    pub(crate) observer_sync_time: Summary,
+    pub(crate) fsync_time: Summary,
+    pub(crate) snapshot_time: Summary,
+    pub(crate) group_commit_size: Summary,
+    pub(crate) diff_count: u64,
+    pub(crate) trunc_count: u64,
+    pub(crate) snap_count: u64,
+    pub(crate) proposal_count: u64,
+    pub(crate) learner_commit_received_count: u64,
+    pub(crate) last_snapshot: Option<LastSnapshot>,
+}
+
+impl MetricsAcc {
+    pub(crate) fn snapshot(&self) -> ReplicatorMetrics {
+        ReplicatorMetrics {
+            election_time_ms: self.election_time.snapshot(),
+            follower_sync_time_ms: self.follower_sync_time.snapshot(),
+            observer_sync_time_ms: self.observer_sync_time.snapshot(),
+            fsync_time_ms: self.fsync_time.snapshot(),
+            snapshot_time_ms: self.snapshot_time.snapshot(),
+            group_commit_size: self.group_commit_size.snapshot(),
+            diff_count: self.diff_count,
+            trunc_count: self.trunc_count,
+            snap_count: self.snap_count,
+            proposal_count: self.proposal_count,
+            learner_commit_received_count: self.learner_commit_received_count,
+            last_snapshot: self.last_snapshot,
+        }
+    }
 }
 
 impl QuorumStats {
@@ -371,6 +514,7 @@ impl QuorumStats {
             syncs: [0; 3],
             elections: 0,
             voters,
+            metrics: ReplicatorMetrics::default(),
         }
     }
 }
@@ -515,4 +659,33 @@ pub trait Replicator: Send + Sync + 'static {
     /// those already taken commit or fail, the tasks stop and the durable log is
     /// released (the directory can be opened again once this resolves).
     fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_keeps_count_sum_extremes_and_a_bounded_recent_median() {
+        let mut s = Summary::default();
+        assert_eq!(s.snapshot(), SummaryStats::default());
+        for v in [5, 1, 9] {
+            s.add(v);
+        }
+        let got = s.snapshot();
+        assert_eq!(
+            (got.count, got.sum, got.min, got.max, got.p50),
+            (3, 15, 1, 9, 5)
+        );
+        assert_eq!(got.avg(), 5.0);
+        // Past SUMMARY_RECENT_MAX values the median forgets the oldest ones;
+        // count, sum and extremes keep everything.
+        for _ in 0..SUMMARY_RECENT_MAX {
+            s.add(100);
+        }
+        let got = s.snapshot();
+        assert_eq!(got.count, 3 + SUMMARY_RECENT_MAX as u64);
+        assert_eq!((got.min, got.max, got.p50), (1, 100, 100));
+        assert_eq!(s.recent.len(), SUMMARY_RECENT_MAX);
+    }
 }

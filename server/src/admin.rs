@@ -10,13 +10,13 @@
 //! Commands served: `configuration` (conf), `connection_stat_reset` (crst),
 //! `connections` (cons), `dirs`, `dump`, `environment` (envi),
 //! `get_trace_mask` (gtmk), `hash`, `initial_configuration` (icfg),
-//! `is_read_only` (isro), `leader` (lead), `monitor` (mntr),
+//! `is_read_only` (isro), `last_snapshot` (lsnp), `leader` (lead), `monitor` (mntr),
 //! `observer_connection_stat_reset` (orst), `ruok`, `server_stats` (srvr),
 //! `stat_reset` (srst), `stats` (stat), `voting_view`, `watch_summary`
 //! (wchs), `watches` (wchc), `watches_by_path` (wchp), `zabstate`.
 //! Left out: `system_properties` (Java system properties; rzk has none),
-//! `set_trace_mask` (rzk has no trace mask), `last_snapshot` and `observers`
-//! (the replicator does not report them yet).
+//! `set_trace_mask` (rzk has no trace mask), `observers` (not reported by
+//! the replicator yet).
 
 use serde_json::{json, Map, Value};
 use tokio::net::TcpListener;
@@ -39,6 +39,7 @@ const COMMANDS: &[(&str, Option<&str>, bool)] = &[
     ("hash", None, false),
     ("initial_configuration", Some("icfg"), false),
     ("is_read_only", Some("isro"), false),
+    ("last_snapshot", Some("lsnp"), false),
     ("leader", Some("lead"), false),
     ("monitor", Some("mntr"), false),
     ("observer_connection_stat_reset", Some("orst"), false),
@@ -234,6 +235,18 @@ fn body(name: &str, st: &ServerStats) -> Result<Map<String, Value>, String> {
                     .unwrap_or(Value::String(v));
                 out.insert(k.into(), value);
             }
+        }
+        "last_snapshot" => {
+            // As ZooKeeper: the zxid in hex without a prefix, the time in
+            // seconds; -1 for both before the first snapshot since the start
+            // (ZooKeeper then reports the file it started from).
+            let last = st.quorum.replication.last_snapshot;
+            let zxid = last.map_or(-1i64, |s| s.zxid.as_u64() as i64);
+            out.insert("zxid".into(), json!(format!("{:x}", zxid)));
+            out.insert(
+                "timestamp".into(),
+                json!(last.map_or(-1i64, |s| s.unix_secs as i64)),
+            );
         }
         "ruok" | "connection_stat_reset" | "stat_reset" | "observer_connection_stat_reset" => {}
         "server_stats" => server_stats(st, &mut out),

@@ -143,6 +143,7 @@ pub(crate) fn mntr_rows(st: &ServerStats) -> Vec<(&'static str, String)> {
         ("rzk_last_durable_zxid", st.quorum.last_durable.to_string()),
         ("rzk_accepted_epoch", st.quorum.accepted_epoch.0.to_string()),
     ];
+    replication_rows(st, &mut rows);
     if st.state() != "standalone" {
         rows.push(("quorum_size", st.quorum.quorum_size.to_string()));
     }
@@ -159,6 +160,102 @@ pub(crate) fn mntr_rows(st: &ServerStats) -> Vec<(&'static str, String)> {
         rows.push(("pending_syncs", q.pending_syncs.to_string()));
     }
     rows
+}
+
+/// ZooKeeper's summaries of replication as `mntr` prints an
+/// `AvgMinMaxCounter` (`avg_`, `min_`, `max_`, `cnt_`, `sum_`), its counters,
+/// and rzk's own replication rows.
+fn replication_rows(st: &ServerStats, rows: &mut Vec<(&'static str, String)>) {
+    let r = &st.quorum.replication;
+    let summaries: [(&[&'static str; 5], &rzk_quorum::SummaryStats); 6] = [
+        (
+            &[
+                "avg_election_time",
+                "min_election_time",
+                "max_election_time",
+                "cnt_election_time",
+                "sum_election_time",
+            ],
+            &r.election_time_ms,
+        ),
+        (
+            &[
+                "avg_follower_sync_time",
+                "min_follower_sync_time",
+                "max_follower_sync_time",
+                "cnt_follower_sync_time",
+                "sum_follower_sync_time",
+            ],
+            &r.follower_sync_time_ms,
+        ),
+        (
+            &[
+                "avg_observer_sync_time",
+                "min_observer_sync_time",
+                "max_observer_sync_time",
+                "cnt_observer_sync_time",
+                "sum_observer_sync_time",
+            ],
+            &r.observer_sync_time_ms,
+        ),
+        (
+            &[
+                "avg_fsynctime",
+                "min_fsynctime",
+                "max_fsynctime",
+                "cnt_fsynctime",
+                "sum_fsynctime",
+            ],
+            &r.fsync_time_ms,
+        ),
+        (
+            &[
+                "avg_snapshottime",
+                "min_snapshottime",
+                "max_snapshottime",
+                "cnt_snapshottime",
+                "sum_snapshottime",
+            ],
+            &r.snapshot_time_ms,
+        ),
+        (
+            &[
+                "rzk_avg_group_commit_size",
+                "rzk_min_group_commit_size",
+                "rzk_max_group_commit_size",
+                "rzk_cnt_group_commit_size",
+                "rzk_sum_group_commit_size",
+            ],
+            &r.group_commit_size,
+        ),
+    ];
+    for (names, s) in summaries {
+        rows.push((names[0], java_double(s.avg())));
+        rows.push((names[1], s.min.to_string()));
+        rows.push((names[2], s.max.to_string()));
+        rows.push((names[3], s.count.to_string()));
+        rows.push((names[4], s.sum.to_string()));
+    }
+    rows.push(("diff_count", r.diff_count.to_string()));
+    rows.push(("snap_count", r.snap_count.to_string()));
+    rows.push(("proposal_count", r.proposal_count.to_string()));
+    rows.push((
+        "learner_commit_received_count",
+        r.learner_commit_received_count.to_string(),
+    ));
+    rows.push(("rzk_trunc_count", r.trunc_count.to_string()));
+    let [diff, trunc, snap] = st.quorum.learner_syncs;
+    rows.push(("rzk_learner_diff_count", diff.to_string()));
+    rows.push(("rzk_learner_trunc_count", trunc.to_string()));
+    rows.push(("rzk_learner_snap_count", snap.to_string()));
+    rows.push(("rzk_commit_stream_lag", st.quorum.commit_lag.to_string()));
+    rows.push((
+        "rzk_last_snapshot_bytes",
+        r.last_snapshot.map_or(0, |s| s.size_bytes).to_string(),
+    ));
+    if let Some(s) = r.last_snapshot {
+        rows.push(("rzk_last_snapshot_zxid", s.zxid.to_string()));
+    }
 }
 
 /// `conf`'s ensemble part, as a ZooKeeper quorum peer prints it.

@@ -20,8 +20,19 @@
 //! - summaries (`ServerMetrics`, detail level ADVANCED: quantiles 0.5, 0.9,
 //!   0.99): `readlatency`, `updatelatency` in ms.
 //!
+//! - replication (`ServerMetrics`): summaries of detail level BASIC
+//!   (quantile 0.5, `_count`, `_sum`) `election_time`, `follower_sync_time`,
+//!   `observer_sync_time`, `fsynctime`, `snapshottime` in ms; counters
+//!   `diff_count`, `snap_count` (syncs this member sent as leader),
+//!   `proposal_count`, `learner_commit_received_count`.
+//!
 //! rzk's own carry the `rzk_` prefix: `rzk_last_applied_zxid`,
-//! `rzk_watched_paths`, `rzk_watching_connections`.
+//! `rzk_watched_paths`, `rzk_watching_connections`, `rzk_trunc_count` (TRUNC
+//! syncs sent as leader), `rzk_learner_{diff,trunc,snap}_count` (syncs gone
+//! through as a learner), `rzk_group_commit_size` (log commands per fsync),
+//! `rzk_commit_stream_lag` (txns committed and handed over, not yet applied),
+//! `rzk_last_snapshot_bytes`. The BASIC summaries' median is over the most
+//! recent 256 values.
 //!
 //! Differences: ZooKeeper's summaries cover a sliding 10-minute window; rzk's
 //! cover the time since start or the last `srst`.
@@ -83,6 +94,50 @@ fn summary(name: &str, s: &LatencySnapshot) -> MetricFamily {
     family(name, MetricType::SUMMARY, m)
 }
 
+/// A summary of detail level BASIC as ZooKeeper's provider exports it: the
+/// 0.5 quantile, `_count` and `_sum`.
+fn basic_summary(name: &str, s: &rzk_quorum::SummaryStats) -> MetricFamily {
+    let mut p = PromSummary::default();
+    p.set_sample_count(s.count);
+    p.set_sample_sum(s.sum as f64);
+    let mut x = Quantile::default();
+    x.set_quantile(0.5);
+    x.set_value(s.p50 as f64);
+    p.set_quantile(vec![x]);
+    let mut m = Metric::default();
+    m.set_summary(p);
+    family(name, MetricType::SUMMARY, m)
+}
+
+/// The replication families: ZooKeeper's `ServerMetrics` names, and rzk's own.
+fn replication_families(st: &ServerStats) -> Vec<MetricFamily> {
+    let r = &st.quorum.replication;
+    vec![
+        basic_summary("election_time", &r.election_time_ms),
+        basic_summary("follower_sync_time", &r.follower_sync_time_ms),
+        basic_summary("observer_sync_time", &r.observer_sync_time_ms),
+        basic_summary("fsynctime", &r.fsync_time_ms),
+        basic_summary("snapshottime", &r.snapshot_time_ms),
+        counter("diff_count", r.diff_count as f64),
+        counter("snap_count", r.snap_count as f64),
+        counter("proposal_count", r.proposal_count as f64),
+        counter(
+            "learner_commit_received_count",
+            r.learner_commit_received_count as f64,
+        ),
+        counter("rzk_trunc_count", r.trunc_count as f64),
+        counter("rzk_learner_diff_count", st.quorum.learner_syncs[0] as f64),
+        counter("rzk_learner_trunc_count", st.quorum.learner_syncs[1] as f64),
+        counter("rzk_learner_snap_count", st.quorum.learner_syncs[2] as f64),
+        basic_summary("rzk_group_commit_size", &r.group_commit_size),
+        gauge("rzk_commit_stream_lag", st.quorum.commit_lag as f64),
+        gauge(
+            "rzk_last_snapshot_bytes",
+            r.last_snapshot.map_or(0, |s| s.size_bytes) as f64,
+        ),
+    ]
+}
+
 /// Every metric family of one snapshot.
 pub(crate) fn families(st: &ServerStats) -> Vec<MetricFamily> {
     let mut out = vec![
@@ -118,6 +173,7 @@ pub(crate) fn families(st: &ServerStats) -> Vec<MetricFamily> {
         gauge("rzk_watched_paths", st.watched_paths as f64),
         gauge("rzk_watching_connections", st.watching_connections as f64),
     ];
+    out.extend(replication_families(st));
     if st.state() != "standalone" {
         out.push(gauge("quorum_size", st.quorum.quorum_size as f64));
     }

@@ -108,6 +108,14 @@ pub(crate) struct QuorumView {
     pub last_durable: Zxid,
     /// The durable acceptedEpoch (see `rzk_quorum::QuorumStats`).
     pub accepted_epoch: rzk_zxid::Epoch,
+    /// The replicator's timings and counts (election, sync, fsync, snapshot).
+    pub replication: rzk_quorum::ReplicatorMetrics,
+    /// Transactions the replicator has handed to the commit stream that this
+    /// server has not applied yet (within one epoch; 0 across a change of
+    /// epoch, which the server reaches only after applying the old one).
+    pub commit_lag: u64,
+    /// Syncs this member went through as a learner: DIFF, TRUNC, SNAP.
+    pub learner_syncs: [u64; 3],
 }
 
 /// One client connection.
@@ -360,6 +368,18 @@ impl Core {
                 looking_count: q.elections,
                 last_durable: q.last_durable,
                 accepted_epoch: q.accepted_epoch,
+                commit_lag: if q.applied.epoch() == self.applied.epoch() {
+                    u64::from(
+                        q.applied
+                            .counter()
+                            .0
+                            .saturating_sub(self.applied.counter().0),
+                    )
+                } else {
+                    0
+                },
+                replication: q.metrics,
+                learner_syncs: q.syncs,
             },
             uptime_ms: self.started.elapsed().as_millis() as u64,
             node_count: self.tree.node_count(),

@@ -28,6 +28,7 @@ const COMMANDS: &[&str] = &[
     "hash",
     "initial_configuration",
     "is_read_only",
+    "last_snapshot",
     "leader",
     "monitor",
     "observer_connection_stat_reset",

@@ -479,6 +479,46 @@ fn ssl_quorum_refuses_a_member_without_tls_or_from_another_ca() {
     });
 }
 
+/// The dialing side checks the member it dials: a member of another CA with
+/// the smallest id (so the others dial it) is refused by them, with a log
+/// line, and cannot lead or vote, while the two others elect and commit.
+#[test]
+fn ssl_quorum_dialer_refuses_a_member_from_another_ca() {
+    log();
+    runtime().block_on(async {
+        let root = tempfile::tempdir().unwrap();
+        let ca1 = ca("rzk quorum CA");
+        let ca2 = ca("another CA");
+        let trust = ca_pem(root.path(), "ca", &ca1);
+        let both = root.path().join("both.pem");
+        std::fs::write(&both, format!("{}{}", ca1.cert.pem(), ca2.cert.pem())).unwrap();
+        let (mut e, listeners) = Ensemble::bind(root.path(), 3).await;
+        for (i, l) in listeners.into_iter().enumerate() {
+            if i == 0 {
+                // Member 1 trusts everyone; nobody trusts its certificate.
+                let rogue = member_pem(root.path(), "rogue-first", &ca2);
+                e.spawn(0, l, &tls_settings(&rogue, &both));
+            } else {
+                let key = member_pem(root.path(), &format!("good{}", i + 1), &ca1);
+                e.spawn(i, l, &tls_settings(&key, &trust));
+            }
+        }
+        let addr = format!("addr={}", e.members[0].quorum);
+        let line = wait_line(&["TLS handshake with the member failed", &addr]).await;
+        assert!(line.contains("WARN"), "{line}");
+        let leader = e.wait_settled(&[1, 2]).await;
+        let c = session(e.members[leader].client).await;
+        c.create("/without-member-1", b"1", &open()).await.unwrap();
+        assert_eq!(e.mode(0).await, None, "the member of another CA serves");
+        assert_eq!(
+            e.mntr(leader, "zk_synced_followers").await.as_deref(),
+            Some("1"),
+            "the member of another CA joined"
+        );
+        e.stop_all().await;
+    });
+}
+
 /// A key store that is missing, encrypted, or not PEM stops the member at
 /// start with an error naming the ssl.quorum key and the file.
 #[test]
