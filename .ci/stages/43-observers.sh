@@ -10,11 +10,11 @@
 # - the interop suite (kazoo, zkCli.sh, Curator) with its connect string pointing at
 #   the observer of a 3+1 ensemble only, Apache ZooKeeper 3.8 first (the reference),
 #   then rzk (interop/run --mode observer).
-# Time, measured on the shared 2-core machine at a load average of 10-12 with the
-# builds already made (cargo test's debug build; the release build 40-interop.sh
-# makes): the process tests about 25 s; the interop pass about 6 min 30 s (pytest
-# 56 s against ZooKeeper's 3+1, 36 s against rzk's, the rest starting four JVMs and
-# four rzk members). Through rzk's observer: 175 passed, as through ZooKeeper's.
+# Time on the shared 2-core machine: 2 min 39 s for the whole stage at a load
+# average of 1-4 (the release build 1 min 27 s after the debug tests were built; the
+# process tests 15 s; pytest 27 s against ZooKeeper's 3+1 and 26 s against rzk's, the
+# rest starting four JVMs and four rzk members); about 7 min at a load of 10-12.
+# Through rzk's observer: 175 passed, as through ZooKeeper's.
 # Installs what it needs on a fresh Debian machine; a no-op when it is there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

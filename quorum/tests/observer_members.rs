@@ -4,8 +4,9 @@
 //! What each test pins, and how it was checked to fail (by hand, once):
 //! - `writes_reach_the_observer_in_order_and_it_is_not_a_voter`: the observer
 //!   applies exactly the leader's sequence, is reported as a non-voting
-//!   learner, serves a `sync` barrier; killing it does not stop commits
-//!   (fails when the leader sends no INFORM).
+//!   learner, serves a `sync` barrier, forwards to the leader in order;
+//!   killing it does not stop commits (fails when the leader sends no
+//!   INFORM; fails when an observer drops what it forwards).
 //! - `two_of_three_voters_commit_and_one_voter_with_the_observer_does_not`:
 //!   with one voter dead the other two commit; with two dead the last voter
 //!   and the observer commit nothing (fails when the leader counts the
@@ -57,6 +58,8 @@ struct Member {
     rep: Arc<ZabReplicator>,
     transport: GrpcTransport,
     txns: Arc<Mutex<Vec<(Zxid, Bytes)>>>,
+    /// Messages forwarded to this member while it led: (sender, payload).
+    forwarded: Arc<Mutex<Vec<(PeerId, Bytes)>>>,
 }
 
 impl Member {
@@ -86,12 +89,17 @@ async fn ensemble() -> Vec<Member> {
                 .unwrap(),
         );
         let txns = Arc::new(Mutex::new(Vec::new()));
+        let forwarded = Arc::new(Mutex::new(Vec::new()));
         let mut stream = rep.take_commits().unwrap();
-        let t2 = txns.clone();
+        let (t2, f2) = (txns.clone(), forwarded.clone());
         tokio::spawn(async move {
             while let Some(c) = stream.next().await {
-                if let Committed::Txn { zxid, payload } = c {
-                    t2.lock().unwrap().push((zxid, payload));
+                match c {
+                    Committed::Txn { zxid, payload } => t2.lock().unwrap().push((zxid, payload)),
+                    Committed::Forwarded { from, payload } => {
+                        f2.lock().unwrap().push((from, payload))
+                    }
+                    Committed::Snapshot { .. } | Committed::Role { .. } => {}
                 }
             }
         });
@@ -99,6 +107,7 @@ async fn ensemble() -> Vec<Member> {
             rep,
             transport,
             txns,
+            forwarded,
         });
     }
     members
@@ -166,6 +175,21 @@ async fn writes_reach_the_observer_in_order_and_it_is_not_a_voter() {
     assert!(ms[3].rep.propose(Bytes::from_static(b"x")).await.is_err());
     let barrier = ms[3].rep.sync().await.expect("sync on the observer");
     assert!(barrier >= acked.last().unwrap().0);
+    // Writes and session traffic go to the leader, in the observer's order.
+    for i in 0..3 {
+        ms[3]
+            .rep
+            .forward(Bytes::from(format!("fwd{i}")))
+            .expect("the observer knows its leader");
+    }
+    wait_for("the leader gets the forwarded messages", || {
+        ms[l].forwarded.lock().unwrap().len() == 3
+    })
+    .await;
+    let expected: Vec<(PeerId, Bytes)> = (0..3)
+        .map(|i| (OBSERVER, Bytes::from(format!("fwd{i}"))))
+        .collect();
+    assert_eq!(*ms[l].forwarded.lock().unwrap(), expected);
 
     // Without the observer, the voters commit on.
     ms[3].kill();

@@ -172,8 +172,13 @@ impl Outbox {
                 .closing
     }
 
-    /// For the writer: the bytes to write, or what else to do.
+    /// For the writer: the bytes to write, or what else to do (Close at once
+    /// once cancelled).
     pub fn next(&self) -> Next {
+        if self.is_cancelled() {
+            // Stop at once: what is queued is dropped.
+            return Next::Close;
+        }
         let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if !s.buf.is_empty() {
             // The whole buffer, not a split of it: a split leaves the empty
@@ -189,7 +194,8 @@ impl Outbox {
         }
     }
 
-    /// For the writer: waits until there is something to do.
+    /// For the writer: waits until there is something to do, or the
+    /// connection is cancelled.
     pub async fn wait(&self) {
         self.notify.notified().await
     }
@@ -258,6 +264,27 @@ mod tests {
             .try_slot()
             .expect("an answered request gives its slot back");
         assert!(o.try_slot().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_cancel_wakes_the_writer_and_drops_what_is_queued() {
+        let o = std::sync::Arc::new(Outbox::new(100, 1));
+        o.push(|b| b.put_slice(b"abc"));
+        o.wait().await; // the push's wake-up
+        assert!(matches!(o.next(), Next::Write(_)));
+        assert!(matches!(o.next(), Next::Wait));
+        let writer = {
+            let o = o.clone();
+            tokio::spawn(async move { o.wait().await })
+        };
+        tokio::task::yield_now().await;
+        o.close_now();
+        tokio::time::timeout(std::time::Duration::from_secs(10), writer)
+            .await
+            .expect("the cancel wakes a waiting writer")
+            .unwrap();
+        o.push(|b| b.put_slice(b"def"));
+        assert!(matches!(o.next(), Next::Close), "queued bytes are dropped");
     }
 
     #[test]
