@@ -153,6 +153,11 @@ async fn writes_reach_the_observer_in_order_and_it_is_not_a_voter() {
         ms[3].txns.lock().unwrap().len() == 100
     })
     .await;
+    // The leader's own commit stream is read by a task of its own too.
+    wait_for("the leader applies 100", || {
+        ms[l].txns.lock().unwrap().len() == 100
+    })
+    .await;
     // The leader's sequence, in order, with each payload under its zxid.
     assert_eq!(*ms[3].txns.lock().unwrap(), acked);
     assert_eq!(*ms[l].txns.lock().unwrap(), acked);
