@@ -140,7 +140,9 @@ impl Proc {
     }
 
     /// Sends SIGSTOP or SIGCONT (`"STOP"`, `"CONT"`): a stopped member keeps
-    /// its connections open and answers nothing.
+    /// its connections open and answers nothing. A stop returns only once every
+    /// thread of the process is stopped (the signal is delivered to each thread
+    /// on its own), so what the caller does next cannot reach a running member.
     pub fn signal(&self, sig: &str) {
         let pid = self.pid();
         let ok = Command::new("kill")
@@ -150,6 +152,13 @@ impl Proc {
             .unwrap()
             .success();
         assert!(ok, "kill -{sig} {pid}");
+        if sig == "STOP" {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !all_threads_stopped(pid) {
+                assert!(Instant::now() < deadline, "pid {pid} did not stop");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
 
     /// `127.0.0.1:<client port>`.
@@ -384,4 +393,19 @@ impl Procs {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// Whether every thread of `pid` is stopped (state `T` or `t` in
+/// `/proc/<pid>/task/<tid>/stat`, the field after the parenthesised name).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+                .is_some_and(|state| state == 'T' || state == 't')
+        })
+    })
 }
