@@ -3,7 +3,8 @@
 # (use_ssl=True) and zkCli.sh (Netty client socket, zookeeper.client.secure=true), against
 # Apache ZooKeeper 3.8 as the reference and against rzk (interop/ops/); rzk's /metrics
 # read by Prometheus's Python parser; the AdminServer's JSON keys against ZooKeeper's;
-# rzk's dumps of a data dir ZooKeeper wrote, and its import.
+# rzk's dumps of a data dir ZooKeeper wrote, and its import (through the Rust client, then
+# through kazoo from both servers side by side: interop/ops/test_import.py).
 # Installs what it needs on a fresh Debian machine; a no-op when it is already there.
 # Time: about 1 minute on 2 cores once rzk is built (40-interop builds the release binary).
 set -euo pipefail
