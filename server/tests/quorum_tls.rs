@@ -8,16 +8,15 @@
 //! Members run inside the test process on 127.0.0.1, ports from binding port 0.
 //! Certificates are made here with rcgen.
 
+mod ensemble_support;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rzk_server::config::ServerConfig;
-use rzk_server::{Listeners, Membership, ServerError};
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use zookeeper_client as zk;
 
 // ---- log capture -----------------------------------------------------------
@@ -119,13 +118,11 @@ fn ca_pem(dir: &Path, name: &str, ca: &Ca) -> PathBuf {
 
 // ---- members ---------------------------------------------------------------
 
-type Running = (oneshot::Sender<()>, JoinHandle<Result<(), ServerError>>);
-
 struct Member {
     client: SocketAddr,
     quorum: SocketAddr,
     dir: PathBuf,
-    running: Option<Running>,
+    running: Option<ensemble_support::Running>,
 }
 
 struct Ensemble {
@@ -205,24 +202,7 @@ impl Ensemble {
         extra: &[(String, String)],
     ) {
         let config = self.config(i, extra);
-        let membership = Membership::of(&config).expect("valid membership");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            rzk_server::serve_member(
-                config,
-                &membership,
-                Listeners {
-                    plain: vec![client],
-                    ..Listeners::default()
-                },
-                Some(quorum),
-                async move {
-                    let _ = stopped.await;
-                },
-            )
-            .await
-        });
-        self.members[i].running = Some((stop, task));
+        self.members[i].running = Some(ensemble_support::spawn_member(config, client, quorum));
     }
 
     async fn stop(&mut self, i: usize) {

@@ -16,7 +16,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// A running member: how to stop it, and its task.
-type Running = (oneshot::Sender<()>, JoinHandle<Result<(), ServerError>>);
+/// A member serving: its stop channel and its task.
+pub type Running = (oneshot::Sender<()>, JoinHandle<Result<(), ServerError>>);
 
 /// One member.
 pub struct Member {
@@ -125,24 +126,7 @@ impl Ensemble {
 
     fn spawn(&mut self, i: usize, client: TcpListener, quorum: TcpListener) {
         let config = self.config(i);
-        let membership = Membership::of(&config).expect("valid membership");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            rzk_server::serve_member(
-                config,
-                &membership,
-                Listeners {
-                    plain: vec![client],
-                    ..Listeners::default()
-                },
-                Some(quorum),
-                async move {
-                    let _ = stopped.await;
-                },
-            )
-            .await
-        });
-        self.members[i].running = Some((stop, task));
+        self.members[i].running = Some(spawn_member(config, client, quorum));
     }
 
     /// Restarts a stopped or crashed member on its ports and data.
@@ -286,4 +270,31 @@ pub fn run_trapped<F: std::future::Future>(body: F) -> F::Output {
     drop(runtime);
     trap.check();
     out
+}
+
+/// Serves one member from `config` on listeners already bound, as a task; sending
+/// on the returned channel (or dropping it) stops the member gracefully.
+pub fn spawn_member(
+    config: ServerConfig,
+    client: TcpListener,
+    quorum: TcpListener,
+) -> (oneshot::Sender<()>, JoinHandle<Result<(), ServerError>>) {
+    let membership = Membership::of(&config).expect("valid membership");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        rzk_server::serve_member(
+            config,
+            &membership,
+            Listeners {
+                plain: vec![client],
+                ..Listeners::default()
+            },
+            Some(quorum),
+            async move {
+                let _ = stopped.await;
+            },
+        )
+        .await
+    });
+    (stop, task)
 }
