@@ -84,6 +84,13 @@ impl Core {
         self.snapshot_out = Some(stream);
     }
 
+    /// Drops the stream of a snapshot still being serialised, so its save ends
+    /// (with `Shutdown`) instead of waiting for steps that will not come. True if
+    /// there was one.
+    pub(crate) fn abandon_snapshot(&mut self) -> bool {
+        self.snapshot_out.take().is_some()
+    }
+
     pub(crate) fn snapshot_step(&mut self) {
         self.snapshot_step_nodes(SNAPSHOT_STEP_NODES);
     }
@@ -264,6 +271,43 @@ mod tests {
         let (loaded, _, z) = DataTree::load_snapshot(&data).unwrap();
         assert_eq!(z, at);
         assert_eq!(loaded.dump(), whole.dump());
+        rep.shutdown().await;
+    }
+
+    /// What a graceful stop relies on (`Core::abandon_snapshot`): a snapshot
+    /// whose stream is dropped half-way ends its save with `Shutdown` at once
+    /// and leaves no snapshot behind, instead of waiting for the rest.
+    #[tokio::test]
+    async fn an_abandoned_snapshot_stream_ends_its_save() {
+        let nodes = 2000;
+        let at = Zxid::from_u64(nodes as u64);
+        let mut tree = tree_of(nodes);
+        let (transport, inbox) = MemNetwork::new().join(PeerId(1));
+        let storage = MemStorage::new();
+        let cfg = DriverConfig::new(Config::new(PeerId(1), [PeerId(1)]));
+        let rep = ZabReplicator::start(cfg, storage.clone(), transport, inbox)
+            .await
+            .unwrap();
+        let mut commits = rep.take_commits().unwrap();
+        while let Some(c) = commits.next().await {
+            if matches!(c, Committed::Role { .. }) {
+                break;
+            }
+        }
+        assert!(tree.begin_snapshot(at, &[]));
+        let (stream, saved) = SnapshotStream::start(rep.snapshot_writer(at));
+        let mut out = Some(stream);
+        for _ in 0..20 {
+            assert!(!stream_step(&mut tree, &mut out, 10, 512), "not done yet");
+            tokio::task::yield_now().await;
+        }
+        assert!(tree.snapshot_in_progress());
+        drop(out);
+        let saved = tokio::time::timeout(Duration::from_secs(10), saved)
+            .await
+            .expect("the save ends once its stream is dropped");
+        assert!(matches!(saved, Err(ReplicateError::Shutdown)), "{saved:?}");
+        assert!(storage.snapshot_state().snapshot.is_none());
         rep.shutdown().await;
     }
 }

@@ -55,16 +55,24 @@ impl Rzk {
     }
 
     pub async fn wait_ready(&mut self) {
+        if let Err(why) = self.try_wait_ready().await {
+            panic!("{why}");
+        }
+    }
+
+    /// As [`Rzk::wait_ready`], but an exit or a start that never answers is an
+    /// error (with the log) instead of a panic.
+    pub async fn try_wait_ready(&mut self) -> Result<(), String> {
         for _ in 0..600 {
             if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("rzk exited with {status}:\n{}", self.log_text());
+                return Err(format!("rzk exited with {status}:\n{}", self.log_text()));
             }
             if four_letter(&self.addr(), "ruok").await == "imok" {
-                return;
+                return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("rzk did not start:\n{}", self.log_text());
+        Err(format!("rzk did not start:\n{}", self.log_text()))
     }
 }
 
