@@ -12,10 +12,16 @@ loopback ports with equivalent settings (tickTime=2000, fsync on, the same snapC
 maxClientCnxns=0, 4lw.commands.whitelist=*), runs each workload against each server
 alternately for several rounds, and prints medians and rzk/ZooKeeper ratios.
 
-  --mode standalone|ensemble
+  --mode standalone|ensemble|observers
                            topology: one server of each (default), or 3 ZooKeeper members
                            against 3 rzk members, each run's sessions spread over the
-                           members (benches/scripts/ensemble.sh; throughput only)
+                           members (benches/scripts/ensemble.sh; throughput only), or
+                           3 voters + 2 observers of each (ZooKeeper with observerMasterPort)
+                           beside 3 voters alone: reads on the observers and on all five,
+                           writes on the voters with and without observers; every member
+                           on its own 127.0.E.N address (benches/scripts/observers.sh);
+                           --workloads then picks among get-observers,get-all,
+                           create-voters,set-voters,create-noobs,set-noobs (default: all)
   --rounds N               rounds of every workload on both servers (default 3)
   --seconds S              seconds per run (default 5)
   --workloads a,b,..       default: create,set,get,exists,children,delete,mixed,mix,multi,watch,storm
@@ -129,8 +135,8 @@ while [ $# -gt 0 ]; do
 done
 
 case $MODE in
-standalone | ensemble) ;;
-*) die "--mode $MODE: unknown mode (standalone or ensemble)" ;;
+standalone | ensemble | observers) ;;
+*) die "--mode $MODE: unknown mode (standalone, ensemble or observers)" ;;
 esac
 if [ $QUICK = 1 ]; then
   [ $rounds_given = 1 ] || ROUNDS=1
@@ -340,6 +346,13 @@ if [ "$MODE" = ensemble ]; then
   # shellcheck source=scripts/ensemble.sh
   source "$REPO_ROOT/benches/scripts/ensemble.sh"
   ensemble_main # its own runs and report; exits
+fi
+if [ "$MODE" = observers ]; then
+  # shellcheck source=scripts/ensemble.sh
+  source "$REPO_ROOT/benches/scripts/ensemble.sh"
+  # shellcheck source=scripts/observers.sh
+  source "$REPO_ROOT/benches/scripts/observers.sh"
+  observers_main # its own runs and report; exits
 fi
 [ $THROUGHPUT = 0 ] || throughput
 [ $THROUGHPUT = 0 ] || [ $STORM = 0 ] || storm

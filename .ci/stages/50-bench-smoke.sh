@@ -12,5 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 start=$(date +%s)
+# The modes this stage does not run (ensemble, observers: benchmarks, not tests;
+# several ensembles at once) are at least parsed, with their report scripts.
+for f in benches/*.sh benches/scripts/*.sh; do bash -n "$f"; done
+python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' benches/scripts/*.py
 benches/compare.sh --quick --footprint
 echo "50-bench-smoke: compare.sh --quick --footprint took $(($(date +%s) - start)) s"

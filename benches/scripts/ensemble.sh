@@ -97,7 +97,7 @@ ens_start() {
   deadline=$(($(date +%s) + 180))
   for ((n = 1; n <= ENS_SIZE; n++)); do
     name=$(ens_member "$kind" "$n")
-    until ruok "${SRV_PORT[$name]}"; do
+    until ruok "${SRV_PORT[$name]}" "$(srv_addr "$name")"; do
       if ! kill -0 "${SRV_PID[$name]}" 2>/dev/null; then
         log "$name exited during startup; log tail:"
         tail -30 "${SRV_LOG[$name]}" >&2
@@ -111,28 +111,37 @@ ens_start() {
   log "$kind ensemble serving on $(ens_connect "$kind") (pids $(ens_pids "$kind")); $(ens_modes "$kind")"
 }
 
-# ens_connect KIND: the connect string of every member.
+# ens_members [N...]: the member numbers given, or 1..ENS_SIZE when none are.
+ens_members() {
+  if [ $# -gt 0 ]; then printf '%s\n' "$@"; else seq 1 "$ENS_SIZE"; fi
+}
+
+# ens_connect KIND [N...]: the connect string of members N... (default: every member).
 ens_connect() {
-  local n out=""
-  for ((n = 1; n <= ENS_SIZE; n++)); do
-    out+="${out:+,}127.0.0.1:${SRV_PORT[$(ens_member "$1" "$n")]}"
+  local kind=$1 n name out=""
+  shift
+  for n in $(ens_members "$@"); do
+    name=$(ens_member "$kind" "$n")
+    out+="${out:+,}$(srv_addr "$name"):${SRV_PORT[$name]}"
   done
   printf '%s' "$out"
 }
 
-# ens_pids KIND: the members' pids, comma-separated (rzk-bench --server-pid).
+# ens_pids KIND [N...]: the pids of members N... (default: every member), comma-separated
+# (rzk-bench --server-pid).
 ens_pids() {
-  local n out=""
-  for ((n = 1; n <= ENS_SIZE; n++)); do
-    out+="${out:+,}${SRV_PID[$(ens_member "$1" "$n")]}"
+  local kind=$1 n out=""
+  shift
+  for n in $(ens_members "$@"); do
+    out+="${out:+,}${SRV_PID[$(ens_member "$kind" "$n")]}"
   done
   printf '%s' "$out"
 }
 
-# ens_mode PORT: the Mode line of srvr (leader, follower, ...), "?" if no answer.
+# ens_mode PORT [ADDR]: the Mode line of srvr (leader, follower, ...), "?" if no answer.
 ens_mode() {
   (
-    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+    exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1" || exit 1
     printf srvr >&3
     sed -n 's/^Mode: //p' <&3
   ) 2>/dev/null || echo "?"
@@ -140,9 +149,10 @@ ens_mode() {
 
 # ens_modes KIND: "m1 leader, m2 follower, ..." for the log.
 ens_modes() {
-  local n out=""
+  local n out="" name
   for ((n = 1; n <= ENS_SIZE; n++)); do
-    out+="${out:+, }m$n $(ens_mode "${SRV_PORT[$(ens_member "$1" "$n")]}")"
+    name=$(ens_member "$1" "$n")
+    out+="${out:+, }m$n $(ens_mode "${SRV_PORT[$name]}" "$(srv_addr "$name")")"
   done
   printf '%s' "$out"
 }
@@ -177,7 +187,7 @@ ens_memory() {
     name=$(ens_member "$kind" "$n")
     pid=${SRV_PID[$name]}
     printf '{"member":%s,"mode":"%s","rss_kib":%s,"hwm_kib":%s}\n' "$n" \
-      "$(ens_mode "${SRV_PORT[$name]}")" "$(rss_kib "$pid")" \
+      "$(ens_mode "${SRV_PORT[$name]}" "$(srv_addr "$name")")" "$(rss_kib "$pid")" \
       "$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status")" >>"$WORK_DIR/mem/$kind.$label.jsonl"
   done
 }

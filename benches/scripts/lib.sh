@@ -50,8 +50,12 @@ resolve_bins() {
   export RZK_BENCH_BIN RZK_BIN
 }
 
+# free_port [ADDR]: a TCP port free on ADDR (default 127.0.0.1; any 127.x.y.z is
+# loopback on Linux, bindable without root: benches/scripts/observers.sh gives each
+# member its own address).
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  python3 -c 'import socket,sys; s=socket.socket(); s.bind((sys.argv[1],0)); print(s.getsockname()[1])' \
+    "${1:-127.0.0.1}"
 }
 
 now_ns() { date +%s%N; }
@@ -59,10 +63,11 @@ now_ns() { date +%s%N; }
 # Resident set size of a process in KiB (VmRSS from /proc/<pid>/status).
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
-# True if the server on 127.0.0.1:$1 answers ruok with imok.
+# ruok PORT [ADDR]: true if the server on ADDR:PORT (default 127.0.0.1) answers
+# ruok with imok.
 ruok() {
   (
-    exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+    exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1" || exit 1
     printf ruok >&3
     r=""
     IFS= read -r -t 2 -n 4 r <&3 || true
@@ -71,8 +76,12 @@ ruok() {
 }
 
 # Server records, by name: SRV_KIND (zookeeper|rzk), SRV_DIR, SRV_PORT, SRV_PID, SRV_LOG,
-# and SRV_EXTRA: settings added to rzk's command line (--set k=v words, one per line).
-declare -A SRV_KIND SRV_DIR SRV_PORT SRV_PID SRV_LOG SRV_EXTRA
+# and SRV_EXTRA: settings added to rzk's command line (--set k=v words, one per line);
+# SRV_ADDR: the client address when it is not 127.0.0.1 (srv_addr NAME reads it).
+declare -A SRV_KIND SRV_DIR SRV_PORT SRV_PID SRV_LOG SRV_EXTRA SRV_ADDR
+
+# srv_addr NAME: the loopback address the server NAME serves clients on.
+srv_addr() { printf '%s' "${SRV_ADDR[$1]:-127.0.0.1}"; }
 # The JVM heap (-Xmx) of each ZooKeeper server, and whether it is committed up
 # front (-Xms = -Xmx: 1) or grows as used (no -Xms, the JVM's default: 0).
 declare -A ZK_HEAP_FOR ZK_XMS_FOR
@@ -163,7 +172,7 @@ wait_serving() {
   local name=$1
   shift
   local out
-  if ! out=$("$RZK_BENCH_BIN" wait-serving --server "127.0.0.1:${SRV_PORT[$name]}" "$@"); then
+  if ! out=$("$RZK_BENCH_BIN" wait-serving --server "$(srv_addr "$name"):${SRV_PORT[$name]}" "$@"); then
     log "$name (${SRV_KIND[$name]}, pid ${SRV_PID[$name]}) did not start serving; log tail:"
     tail -30 "${SRV_LOG[$name]}" >&2
     return 1
