@@ -523,12 +523,12 @@ async fn observers_follow_a_followers_observer_master_through_its_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     // One host, three ports: rzk's observerMasterPort.N names each voter's
     // (ZooKeeper uses one port on every voter's host).
+    // Held for the whole test (rzk_testkit::ports: nothing else takes them
+    // while a follower is down).
+    let ports: Vec<_> = (0..3).map(|_| rzk_testkit::ports::reserve()).collect();
     let mut layout = Layout::voters(3).observers(2).set("snapCount", 400);
-    for id in 1..=3 {
-        layout = layout.set(
-            &format!("observerMasterPort.{id}"),
-            support::procs::free_port(),
-        );
+    for (id, port) in (1..=3).zip(&ports) {
+        layout = layout.set(&format!("observerMasterPort.{id}"), port);
     }
     let mut ens = Procs::new(dir.path(), &layout);
     ens.spawn_all();
@@ -628,4 +628,5 @@ async fn observers_follow_a_followers_observer_master_through_its_kill_9() {
     );
     same_as_leader(&ens, leader, &observers, &acked, &written).await;
     drop(setup);
+    drop(ports);
 }
