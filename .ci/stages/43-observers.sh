@@ -7,6 +7,10 @@
 #   prefix (no gap, no reordering); each observer's tree equals the leader's at the
 #   end; and with two voters dead the observers serve nothing (they never make a
 #   quorum) until a voter returns.
+# - the same file, observerMasterPort: three voters serving observers on their
+#   observer-master ports, two observers following followers' relays; the
+#   follower one follows is killed with SIGKILL under load, the observer moves
+#   on, readers see only prefixes, both end equal to the leader (6 s).
 # - the interop suite (kazoo, zkCli.sh, Curator) with its connect string pointing at
 #   the observer of a 3+1 ensemble only, Apache ZooKeeper 3.8 first (the reference),
 #   then rzk (interop/run --mode observer).

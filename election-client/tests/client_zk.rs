@@ -487,7 +487,9 @@ async fn fails_over_across_hosts_and_keeps_the_session() {
     let _trap = rzk_testkit::PanicTrap::new();
     let zk = Zk::start();
     let (a, b) = (Proxy::start(&zk.addr).await, Proxy::start(&zk.addr).await);
-    let dead = format!("127.0.0.1:{}", free_port());
+    // Reserved and never listened on: every connection to it is refused.
+    let dead_port = rzk_testkit::ports::reserve();
+    let dead = format!("127.0.0.1:{dead_port}");
     let mut cfg = config(
         &format!("{dead},{},{}", a.connect_string(), b.connect_string()),
         T,

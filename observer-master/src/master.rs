@@ -169,6 +169,15 @@ impl ObserverMaster {
         }
     }
 
+    /// The observers attached now, each with the transactions queued for it
+    /// (for the `observers` admin command).
+    pub fn observers(&self) -> Vec<(ObserverId, usize)> {
+        let state = self.shared.lock();
+        state.fanout.as_ref().map_or_else(Vec::new, |f| {
+            f.observers().map(|id| (id, f.queued(id))).collect()
+        })
+    }
+
     /// Stops relaying: every observer is disconnected ([`Disconnect::SourceReset`])
     /// and the task ends.
     pub async fn shutdown(self) {

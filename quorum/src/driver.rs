@@ -51,9 +51,29 @@ pub struct DriverConfig {
     /// an `rzk_observer_master::ObserverMaster` subscribes to it. `None`: no
     /// relay.
     pub observer_relay: Option<Arc<rzk_observer_master::RelayHub>>,
+    /// Observers (issue 12): the voters' observer-master addresses
+    /// (`observerMasterPort`). An up-to-date observer follows one of them
+    /// that is not the leader, and the leader's INFORMs when none answers.
+    /// Empty: it follows the leader.
+    pub observer_masters: Vec<(PeerId, std::net::SocketAddr)>,
 }
 
+/// Events an observer master's relay may fall behind its member's driver
+/// before it is rebuilt (its observers then sync again).
+const OBSERVER_RELAY_EVENTS_MAX: usize = 65_536;
+
 impl DriverConfig {
+    /// Gives the driver a relay hub to feed ([`DriverConfig::observer_relay`]),
+    /// for [`ZabReplicator::serve_observers`] (zoo.cfg `observerMasterPort`).
+    pub fn enable_observer_relay(&mut self) {
+        self.observer_relay.get_or_insert_with(|| {
+            Arc::new(rzk_observer_master::RelayHub::new(
+                Zxid::ZERO,
+                OBSERVER_RELAY_EVENTS_MAX,
+            ))
+        });
+    }
+
     /// Defaults around a core configuration.
     pub fn new(core: Config) -> DriverConfig {
         DriverConfig {
@@ -63,6 +83,7 @@ impl DriverConfig {
             proposals_in_flight_max: 100_000,
             shutdown_wait_max: Duration::from_secs(5),
             observer_relay: None,
+            observer_masters: Vec::new(),
         }
     }
 }
@@ -120,6 +141,10 @@ pub struct ZabReplicator {
     storage_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Storage's read side: snapshot writers start here.
     reader: Arc<dyn StorageReader>,
+    /// The relay source the driver feeds ([`DriverConfig::observer_relay`]).
+    relay_hub: Option<Arc<rzk_observer_master::RelayHub>>,
+    /// The observer master served on `observerMasterPort`, once started.
+    relay_server: Mutex<Option<crate::relay::RelayServer>>,
 }
 
 impl ZabReplicator {
@@ -168,6 +193,9 @@ impl ZabReplicator {
             disk_full: AtomicBool::new(false),
         });
         let (cmds, cmd_rx) = mpsc::unbounded_channel();
+        let (relay_tx, relay_rx) = mpsc::unbounded_channel();
+        let follow = (!cfg.observer_masters.is_empty() && cfg.core.is_observer())
+            .then(|| crate::relay::RelayFollow::new(id, cfg.observer_masters.clone(), relay_tx));
         let mut d = Driver {
             peer,
             clock,
@@ -187,12 +215,13 @@ impl ZabReplicator {
             shutdown: None,
             shutdown_wait_max: cfg.shutdown_wait_max,
             relay: cfg.observer_relay.clone().map(crate::relay::RelayFeed::new),
+            follow,
             looking_since: Some(Instant::now()),
             sync_since: None,
         };
         d.carry_out(first);
         d.publish_stats();
-        let task = tokio::spawn(d.run(cmd_rx, inbox, done_rx, cfg.tick_interval));
+        let task = tokio::spawn(d.run(cmd_rx, inbox, done_rx, relay_rx, cfg.tick_interval));
         Ok(ZabReplicator {
             id,
             cmds,
@@ -200,6 +229,8 @@ impl ZabReplicator {
             task: Mutex::new(Some(task)),
             storage_thread: Mutex::new(Some(storage_thread)),
             reader,
+            relay_hub: cfg.observer_relay.clone(),
+            relay_server: Mutex::new(None),
         })
     }
 
@@ -210,6 +241,21 @@ impl ZabReplicator {
         if let Some(t) = self.task.lock().expect("not poisoned").take() {
             t.abort();
         }
+    }
+
+    /// Serves observers on `listener` (zoo.cfg `observerMasterPort`, issue
+    /// 12): an observer master over this peer's relay hub
+    /// ([`DriverConfig::observer_relay`], which must be set), relaying while
+    /// the peer serves as leader or follower. Refused without a hub.
+    pub fn serve_observers(&self, listener: tokio::net::TcpListener) -> Result<(), ReplicateError> {
+        let Some(hub) = self.relay_hub.clone() else {
+            return Err(ReplicateError::Storage(
+                "serve_observers needs DriverConfig::observer_relay".into(),
+            ));
+        };
+        let server = crate::relay::RelayServer::spawn(hub, listener);
+        *self.relay_server.lock().expect("not poisoned") = Some(server);
+        Ok(())
     }
 
     fn request(&self, make: impl FnOnce(Reply) -> Cmd) -> Proposal {
@@ -301,12 +347,17 @@ impl Replicator for ZabReplicator {
     fn stats(&self) -> QuorumStats {
         let mut stats = self.shared.stats.lock().expect("not poisoned").clone();
         stats.metrics = self.shared.metrics.lock().expect("not poisoned").snapshot();
+        if let Some(server) = self.relay_server.lock().expect("not poisoned").as_ref() {
+            stats.relayed_observers = server.observers();
+        }
         stats
     }
 
     fn shutdown(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
             self.shared.closing.store(true, Ordering::Release);
+            // Observers following this member go elsewhere.
+            drop(self.relay_server.lock().expect("not poisoned").take());
             let (tx, rx) = oneshot::channel();
             if self.cmds.send(Cmd::Shutdown(tx)).is_ok() {
                 let _ = rx.await;
@@ -493,6 +544,8 @@ struct Driver<T: Transport> {
     shutdown_wait_max: Duration,
     /// Feeds the observer relay source, if there is one.
     relay: Option<crate::relay::RelayFeed>,
+    /// An observer with observer-master addresses: follows one of them.
+    follow: Option<crate::relay::RelayFollow>,
     /// When this peer last went looking (ZooKeeper's `election_time`).
     looking_since: Option<Instant>,
     /// When this peer, as a learner, sent FOLLOWERINFO (its sync time).
@@ -521,6 +574,7 @@ impl<T: Transport> Driver<T> {
         mut cmds: mpsc::UnboundedReceiver<Cmd>,
         mut inbox: Inbox,
         mut done: mpsc::UnboundedReceiver<Done>,
+        mut relayed: mpsc::UnboundedReceiver<(u64, crate::relay::RelayEvent)>,
         tick: Duration,
     ) {
         let mut ticker = tokio::time::interval(tick);
@@ -581,6 +635,12 @@ impl<T: Transport> Driver<T> {
                 c = cmds.recv() => {
                     let Some(c) = c else { return };
                     self.on_cmds(c, &mut cmds);
+                }
+                Some((generation, event)) = relayed.recv() => {
+                    let input = self.follow.as_mut().and_then(|f| f.on_event(generation, event));
+                    if let Some(input) = input {
+                        self.step(input);
+                    }
                 }
                 _ = ticker.tick() => self.step(Input::Tick),
             }
@@ -682,7 +742,15 @@ impl<T: Transport> Driver<T> {
                 _ => {}
             },
             Output::Proposed { .. } => m.proposal_count += 1,
-            Output::RoleChanged { role, .. } => {
+            Output::RoleChanged { role, leader, .. } => {
+                if let Some(f) = self.follow.as_mut() {
+                    let shared = self.shared.clone();
+                    f.on_role(
+                        *role,
+                        *leader,
+                        Arc::new(move || shared.stats.lock().expect("not poisoned").applied),
+                    );
+                }
                 let now = Instant::now();
                 if *role == Role::Looking {
                     self.looking_since.get_or_insert(now);
@@ -721,6 +789,8 @@ impl<T: Transport> Driver<T> {
             syncs: p.sync_counts(),
             elections: p.elections(),
             voters: p.voter_count(),
+            observer_master: self.follow.as_ref().and_then(|f| f.following),
+            relayed_observers: Vec::new(),
             // Filled in by `stats()`, not at every step.
             metrics: Default::default(),
         };

@@ -684,6 +684,7 @@ pub fn to_proto(m: &Message) -> pb::Msg {
                 SessionMsg::Forward { payload } => S::Forward(pb::Forward {
                     payload: payload.clone(),
                 }),
+                SessionMsg::Relayed => S::Relayed(pb::Relayed {}),
             };
             pb::msg::Kind::Session(pb::Session {
                 session: session.0,
@@ -791,6 +792,7 @@ pub fn from_proto(m: pb::Msg) -> Result<Message, DecodeError> {
                     ),
                 },
                 S::Forward(f) => SessionMsg::Forward { payload: f.payload },
+                S::Relayed(pb::Relayed {}) => SessionMsg::Relayed,
             };
             Ok(Message::Session {
                 session: SessionId(s.session),

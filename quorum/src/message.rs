@@ -235,6 +235,12 @@ pub enum SessionMsg {
         /// The message.
         payload: Bytes,
     },
+    /// Observer → leader: from now on in this session the observer takes its
+    /// committed transactions from an observer master (a follower's
+    /// `observerMasterPort`, issue 12); the leader sends it no more INFORMs.
+    /// The session stays for forwarding, pings and `sync`; when the relay ends
+    /// the observer ends the session and syncs again.
+    Relayed,
     /// Leader → learner: the session is refused or ended.
     Reject {
         /// Why.
@@ -266,6 +272,7 @@ impl SessionMsg {
             SessionMsg::SyncRequest { .. } => "SYNCREQ",
             SessionMsg::SyncReply { .. } => "SYNCREPLY",
             SessionMsg::Forward { .. } => "FORWARD",
+            SessionMsg::Relayed => "RELAYED",
             SessionMsg::Reject { .. } => "REJECT",
         }
     }

@@ -353,6 +353,14 @@ pub struct QuorumStats {
     pub elections: u64,
     /// Voting members of the ensemble (this peer included).
     pub voters: usize,
+    /// On an observer: the voter whose observer master (`observerMasterPort`)
+    /// it follows now; `None` when it follows the leader (issue 12).
+    pub observer_master: Option<PeerId>,
+    /// On a member serving observers on its `observerMasterPort`: the
+    /// observers attached to its relay now, with the transactions queued for
+    /// each (ZooKeeper's `observers` command and `synced_observers` on a
+    /// follower).
+    pub relayed_observers: Vec<(PeerId, usize)>,
     /// Timings and counts of the replication events (ZooKeeper's
     /// `ServerMetrics` that belong to replication).
     pub metrics: ReplicatorMetrics,
@@ -515,6 +523,8 @@ impl QuorumStats {
             syncs: [0; 3],
             elections: 0,
             voters,
+            observer_master: None,
+            relayed_observers: Vec::new(),
             metrics: ReplicatorMetrics::default(),
         }
     }

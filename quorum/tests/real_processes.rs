@@ -12,8 +12,9 @@
 #[allow(dead_code)]
 mod replicated_log;
 
+use rzk_testkit::ports::{reserve, Port};
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -41,6 +42,9 @@ struct Node {
     args: Vec<String>,
     child: Option<Child>,
     dir: PathBuf,
+    /// Its quorum and client ports, held while the test runs
+    /// (`rzk_testkit::ports`): a restarted node finds them free.
+    _ports: [Port; 2],
 }
 
 impl Node {
@@ -174,13 +178,6 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 fn cluster(dirs: &[PathBuf]) -> Vec<Node> {
     cluster_with(
         dirs,
@@ -190,16 +187,19 @@ fn cluster(dirs: &[PathBuf]) -> Vec<Node> {
 
 /// Three nodes with the example's options plus `extra` arguments.
 fn cluster_with(dirs: &[PathBuf], extra: &[&str]) -> Vec<Node> {
-    let quorum: Vec<SocketAddr> = (0..3).map(|_| free_port()).collect();
+    let quorum: Vec<Port> = (0..3).map(|_| reserve()).collect();
     let peers = quorum
         .iter()
         .enumerate()
-        .map(|(i, a)| format!("{}={a}", i + 1))
+        .map(|(i, a)| format!("{}={}", i + 1, a.addr()))
         .collect::<Vec<_>>()
         .join(",");
-    (0..3)
-        .map(|i| {
-            let client = free_port();
+    quorum
+        .into_iter()
+        .enumerate()
+        .map(|(i, quorum_port)| {
+            let client_port = reserve();
+            let client = client_port.addr();
             let mut args = vec![
                 "replicated_log".to_string(),
                 "--id".into(),
@@ -218,6 +218,7 @@ fn cluster_with(dirs: &[PathBuf], extra: &[&str]) -> Vec<Node> {
                 args,
                 child: None,
                 dir: dirs[i].clone(),
+                _ports: [quorum_port, client_port],
             }
         })
         .collect()

@@ -13,10 +13,10 @@
 //! `is_read_only` (isro), `last_snapshot` (lsnp), `leader` (lead), `monitor` (mntr),
 //! `observer_connection_stat_reset` (orst), `ruok`, `server_stats` (srvr),
 //! `stat_reset` (srst), `stats` (stat), `voting_view`, `watch_summary`
-//! (wchs), `watches` (wchc), `watches_by_path` (wchp), `zabstate`.
+//! (wchs), `watches` (wchc), `watches_by_path` (wchp), `zabstate`,
+//! `observers` (obsr).
 //! Left out: `system_properties` (Java system properties; rzk has none),
-//! `set_trace_mask` (rzk has no trace mask), `observers` (not reported by
-//! the replicator yet).
+//! `set_trace_mask` (rzk has no trace mask).
 
 use serde_json::{json, Map, Value};
 use tokio::net::TcpListener;
@@ -43,6 +43,7 @@ const COMMANDS: &[(&str, Option<&str>, bool)] = &[
     ("leader", Some("lead"), false),
     ("monitor", Some("mntr"), false),
     ("observer_connection_stat_reset", Some("orst"), false),
+    ("observers", Some("obsr"), false),
     ("ruok", None, false),
     ("server_stats", Some("srvr"), true),
     ("stat_reset", Some("srst"), false),
@@ -254,6 +255,27 @@ fn body(name: &str, st: &ServerStats) -> Result<Map<String, Value>, String> {
             server_stats(st, &mut out);
             out.insert("connections".into(), connections(st, false));
             out.insert("secure_connections".into(), json!([]));
+        }
+        "observers" => {
+            // ZooKeeper 3.8's SyncedObserverConsCommand: the leader's observer
+            // sessions, else a follower's ObserverMaster's, else none. Each
+            // entry carries ZooKeeper's keys that rzk knows (`sid`,
+            // `last_zxid` on the leader, `queued_packets` on a relay).
+            let q = &st.quorum;
+            let list: Vec<Value> = if st.state() == "leader" {
+                q.leader_observers
+                    .iter()
+                    .map(|(id, zxid)| json!({"sid": id, "last_zxid": zxid.as_u64()}))
+                    .collect()
+            } else {
+                q.relayed_observers
+                    .iter()
+                    .flatten()
+                    .map(|(id, queued)| json!({"sid": id, "queued_packets": queued}))
+                    .collect()
+            };
+            out.insert("synced_observers".into(), json!(list.len()));
+            out.insert("observers".into(), Value::Array(list));
         }
         "voting_view" => {
             let view: Map<String, Value> = cfg

@@ -163,6 +163,14 @@ pub struct ServerConfig {
     /// `peerType`, when the configuration sets it (ZooKeeper's default is
     /// participant).
     pub peer_type: Option<PeerType>,
+    /// `observerMasterPort` (issue 12). On a participant: the port it serves
+    /// observers on (host from its own `server.N` line). On an observer: it
+    /// follows a voter's observer master on this port (ZooKeeper: the same
+    /// port on every voter's host) before it falls back to the leader.
+    pub observer_master_port: Option<u16>,
+    /// `observerMasterPort.N` (an rzk addition): voter N's port where it
+    /// differs from `observerMasterPort` (several members on one host).
+    pub observer_master_ports: BTreeMap<u64, u16>,
     /// This member's id when given on the command line (`--id N`); otherwise
     /// `myid` in the data directory (1 standalone).
     pub my_id: Option<u64>,
@@ -325,6 +333,8 @@ impl Default for ServerConfig {
             sync_limit: 5,
             servers: BTreeMap::new(),
             peer_type: None,
+            observer_master_port: None,
+            observer_master_ports: BTreeMap::new(),
             my_id: None,
             log_format: crate::logging::LogFormat::Text,
             zxid_counter_limit: u32::MAX,
@@ -577,6 +587,19 @@ impl ServerConfig {
                     ));
                 }
             }
+            "observerMasterPort" => self.observer_master_port = Some(observer_master_port(s)?),
+            key if key.starts_with("observerMasterPort.") => {
+                let id = key["observerMasterPort.".len()..]
+                    .parse::<u64>()
+                    .map_err(|_| {
+                        invalid(
+                            s,
+                            "the server id after 'observerMasterPort.' must be a number",
+                        )
+                    })?;
+                self.observer_master_ports
+                    .insert(id, observer_master_port(s)?);
+            }
             "peerType" => {
                 let role = match s.value.to_ascii_lowercase().as_str() {
                     "observer" => PeerRole::Observer,
@@ -809,6 +832,37 @@ impl ServerConfig {
                 )));
             }
         }
+        self.validate_observer_master_ports()
+    }
+
+    /// `observerMasterPort` needs an ensemble; `observerMasterPort.N` must
+    /// name a participant's `server.N` line (observers serve no observers).
+    fn validate_observer_master_ports(&self) -> Result<(), ConfigError> {
+        let given = self.observer_master_port.is_some() || !self.observer_master_ports.is_empty();
+        if given && self.servers.is_empty() {
+            return Err(ConfigError::Inconsistent(
+                "observerMasterPort is set but there are no server.N lines: observer masters \
+                 serve the observers of an ensemble"
+                    .into(),
+            ));
+        }
+        for id in self.observer_master_ports.keys() {
+            match self.servers.get(id) {
+                Some(p) if p.role == PeerRole::Participant => {}
+                Some(p) => {
+                    return Err(ConfigError::Inconsistent(format!(
+                        "observerMasterPort.{id}: server.{id} ({}) is an observer; only \
+                         participants serve observers",
+                        p.origin
+                    )))
+                }
+                None => {
+                    return Err(ConfigError::Inconsistent(format!(
+                        "observerMasterPort.{id}: there is no server.{id} line"
+                    )))
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -975,6 +1029,19 @@ fn port(s: &Setting) -> Result<u16, ConfigError> {
     s.value
         .parse::<u16>()
         .map_err(|_| invalid(s, "expected a port number 0-65535"))
+}
+
+/// An `observerMasterPort`: 1-65535 (ZooKeeper treats 0 or less as "no
+/// observer master"; rzk refuses it rather than ignore a line that says
+/// something).
+fn observer_master_port(s: &Setting) -> Result<u16, ConfigError> {
+    match s.value.parse::<u16>() {
+        Ok(0) | Err(_) => Err(invalid(
+            s,
+            "expected a port number 1-65535 (remove the line to disable observer masters)",
+        )),
+        Ok(p) => Ok(p),
+    }
 }
 
 fn ip(s: &Setting) -> Result<IpAddr, ConfigError> {
@@ -1402,6 +1469,42 @@ mod tests {
             let key = bad.split('=').next().unwrap();
             assert!(err.contains(key), "{bad}: {err}");
         }
+    }
+
+    /// `observerMasterPort` (issue 12): one port for every voter, or
+    /// `observerMasterPort.N` per voter; bad values and lines that cannot
+    /// apply are errors naming the key.
+    #[test]
+    fn observer_master_ports_parse_and_bad_ones_are_named() {
+        let ens = "server.1=a:1:2\nserver.2=b:1:2\nserver.3=c:1:2:observer\n";
+        let cfg = ServerConfig::parse(&format!(
+            "{ens}observerMasterPort=2191\nobserverMasterPort.2=2192\n"
+        ))
+        .unwrap();
+        assert_eq!(cfg.observer_master_port, Some(2191));
+        assert_eq!(cfg.observer_master_ports.get(&2), Some(&2192));
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+        assert_eq!(ServerConfig::parse(ens).unwrap().observer_master_port, None);
+        for (bad, says) in [
+            ("observerMasterPort=0", "1-65535"),
+            ("observerMasterPort=70000", "1-65535"),
+            ("observerMasterPort=-1", "1-65535"),
+            ("observerMasterPort=port", "1-65535"),
+            ("observerMasterPort.x=2191", "must be a number"),
+            ("observerMasterPort.2=0", "1-65535"),
+            ("observerMasterPort.9=2191", "no server.9 line"),
+            ("observerMasterPort.3=2191", "is an observer"),
+        ] {
+            let err = ServerConfig::parse(&format!("{ens}{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            let key = bad.split('=').next().unwrap();
+            assert!(err.contains(key) && err.contains(says), "{bad}: {err}");
+        }
+        let err = ServerConfig::parse("observerMasterPort=2191\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no server.N lines"), "{err}");
     }
 
     #[test]

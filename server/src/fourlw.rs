@@ -159,6 +159,15 @@ pub(crate) fn mntr_rows(st: &ServerStats) -> Vec<(&'static str, String)> {
         rows.push(("synced_observers", q.synced_observers.to_string()));
         rows.push(("pending_syncs", q.pending_syncs.to_string()));
     }
+    // ZooKeeper 3.8 prints these on a follower that runs an ObserverMaster
+    // and on an observer; rzk's leader may serve observers on the port too,
+    // and its own `synced_observers` row above counts its learner sessions.
+    if let (Some(relayed), "follower") = (&st.quorum.relayed_observers, st.state()) {
+        rows.push(("synced_observers", relayed.len().to_string()));
+    }
+    if let Some(id) = st.quorum.observer_master_id {
+        rows.push(("observer_master_id", id.to_string()));
+    }
     rows
 }
 

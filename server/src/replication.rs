@@ -298,6 +298,11 @@ pub async fn open_replicator(
         })?;
     let mut driver = DriverConfig::new(core_config(config, membership));
     driver.tick_interval = Duration::from_millis(u64::from(config.tick_time_ms).clamp(1, 10));
+    let observer_port = observer_master_listener(config, membership).await?;
+    if observer_port.is_some() {
+        driver.enable_observer_relay();
+    }
+    driver.observer_masters = observer_masters(config, membership).await?;
     let replicator = if membership.peers.is_empty() {
         // An ensemble of one: nobody to talk to.
         let (transport, inbox) = MemNetwork::new().join(PeerId(membership.id));
@@ -337,6 +342,11 @@ pub async fn open_replicator(
             })?;
         ZabReplicator::start(driver, storage, transport, inbox).await?
     };
+    if let Some(listener) = observer_port {
+        let addr = listener.local_addr().ok();
+        replicator.serve_observers(listener)?;
+        tracing::info!(?addr, "serving observers (observerMasterPort)");
+    }
     tracing::info!(
         id = membership.id,
         voters = ?membership.voters,
@@ -344,6 +354,59 @@ pub async fn open_replicator(
         "replicator open"
     );
     Ok(Arc::new(replicator))
+}
+
+/// The port `id` serves observers on, if any: `observerMasterPort.N`, else
+/// `observerMasterPort` (ZooKeeper: one port on every voter's host).
+fn observer_master_port_of(config: &ServerConfig, id: u64) -> Option<u16> {
+    config
+        .observer_master_ports
+        .get(&id)
+        .copied()
+        .or(config.observer_master_port)
+}
+
+/// A participant with an `observerMasterPort` serves observers on it, on
+/// its own `server.N` line's host (a follower, and the leader too: observers
+/// pick followers, and the leader's relay costs nothing while unused).
+async fn observer_master_listener(
+    config: &ServerConfig,
+    m: &Membership,
+) -> Result<Option<TcpListener>, ReplicationError> {
+    if m.role != PeerRole::Participant || m.peers.is_empty() {
+        return Ok(None);
+    }
+    let Some(port) = observer_master_port_of(config, m.id) else {
+        return Ok(None);
+    };
+    let (host, _) = m.quorum_addr.clone().expect("members have peers");
+    let addr = resolve(m.id, &host, port).await?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| ReplicationError::Listen {
+            addr: format!("{addr} (observerMasterPort)"),
+            reason: e.to_string(),
+        })?;
+    Ok(Some(listener))
+}
+
+/// An observer with observer-master ports: every participant's address.
+async fn observer_masters(
+    config: &ServerConfig,
+    m: &Membership,
+) -> Result<Vec<(PeerId, SocketAddr)>, ReplicationError> {
+    if m.role != PeerRole::Observer {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for v in &m.voters {
+        let (Some(port), Some((host, _))) = (observer_master_port_of(config, *v), m.peers.get(v))
+        else {
+            continue;
+        };
+        out.push((PeerId(*v), resolve(*v, host, port).await?));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

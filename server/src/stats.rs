@@ -97,6 +97,18 @@ pub(crate) struct QuorumView {
     pub synced_non_voting_followers: usize,
     pub synced_observers: usize,
     pub pending_syncs: usize,
+    /// A member with an `observerMasterPort` (issue 12): the observers
+    /// attached to its relay now (server id, transactions queued for it).
+    /// `None` without the port (ZooKeeper prints `synced_observers` on a
+    /// follower only when it runs an ObserverMaster).
+    pub relayed_observers: Option<Vec<(u64, usize)>>,
+    /// An observer: the member it takes committed transactions from, a
+    /// voter's observer master or else the leader (ZooKeeper's
+    /// `observer_master_id`).
+    pub observer_master_id: Option<u64>,
+    /// Leader only: the observers synced on a learner session with it
+    /// (server id, last zxid acknowledged).
+    pub leader_observers: Vec<(u64, Zxid)>,
     /// The last applied zxid.
     pub last_zxid: Zxid,
     /// Times this member went looking for a leader since it started (its
@@ -364,6 +376,24 @@ impl Core {
                 synced_non_voting_followers: 0,
                 synced_observers: count(&|l| !l.voting && l.synced),
                 pending_syncs: if leading { q.pending_syncs } else { 0 },
+                relayed_observers: serves_observers(cfg, self.cfg.server_id).then(|| {
+                    q.relayed_observers
+                        .iter()
+                        .map(|(id, queued)| (id.0, *queued))
+                        .collect()
+                }),
+                leader_observers: if leading {
+                    q.learners
+                        .iter()
+                        .filter(|l| !l.voting && l.synced)
+                        .map(|l| (l.id.0, l.acked))
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+                observer_master_id: (role == Role::Observer)
+                    .then(|| q.observer_master.or(q.leader).map(|p| p.0))
+                    .flatten(),
                 last_zxid: self.applied,
                 looking_count: q.elections,
                 last_durable: q.last_durable,
@@ -411,6 +441,16 @@ impl Core {
             details,
         }
     }
+}
+
+/// Whether member `id` serves observers on an `observerMasterPort`.
+fn serves_observers(cfg: &crate::config::ServerConfig, id: u64) -> bool {
+    let participant = cfg
+        .servers
+        .get(&id)
+        .is_some_and(|p| p.role == crate::config::PeerRole::Participant);
+    participant
+        && (cfg.observer_master_port.is_some() || cfg.observer_master_ports.contains_key(&id))
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ const COMMANDS: &[&str] = &[
     "leader",
     "monitor",
     "observer_connection_stat_reset",
+    "observers",
     "ruok",
     "server_stats",
     "stat_reset",

@@ -2,6 +2,7 @@
 //! words and the whitelist, SIGTERM, and kill -9 durability under load.
 mod common;
 
+use rzk_testkit::ports::{reserve, Port};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -13,21 +14,13 @@ use zookeeper_client as zk;
 /// Writes the server acknowledged: (path, data).
 type Acked = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Rzk {
     child: Child,
     port: u16,
 }
 
 impl Rzk {
-    fn spawn(dir: &Path, port: u16, extra: &str) -> Rzk {
+    fn spawn(dir: &Path, port: &Port, extra: &str) -> Rzk {
         let cfg = dir.join("zoo.cfg");
         std::fs::write(
             &cfg,
@@ -45,7 +38,10 @@ impl Rzk {
             ))
             .spawn()
             .unwrap();
-        Rzk { child, port }
+        Rzk {
+            child,
+            port: port.get(),
+        }
     }
 
     fn addr(&self) -> String {
@@ -94,8 +90,8 @@ async fn connect(addr: &str, timeout: Duration) -> zk::Client {
 async fn kill_9_under_load_loses_no_acknowledged_write() {
     let _trap = rzk_testkit::PanicTrap::new();
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let server = Rzk::spawn(dir.path(), port, "snapCount=200\n");
+    let port = reserve();
+    let server = Rzk::spawn(dir.path(), &port, "snapCount=200\n");
     server.wait_ready().await;
     let addr = server.addr();
     let setup = connect(&addr, Duration::from_secs(10)).await;
@@ -146,7 +142,7 @@ async fn kill_9_under_load_loses_no_acknowledged_write() {
     drop((setup, doomed));
     let acked = acked.lock().unwrap().clone();
     assert!(acked.len() >= 600);
-    let server = Rzk::spawn(dir.path(), port, "snapCount=200\n");
+    let server = Rzk::spawn(dir.path(), &port, "snapCount=200\n");
     server.wait_ready().await;
     let c = connect(&server.addr(), Duration::from_secs(10)).await;
     for (path, data) in &acked {
@@ -183,7 +179,8 @@ fn walk(p: &Path) -> Vec<String> {
 #[tokio::test]
 async fn sigterm_stops_gracefully() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Rzk::spawn(dir.path(), free_port(), "");
+    let port = reserve();
+    let mut server = Rzk::spawn(dir.path(), &port, "");
     server.wait_ready().await;
     let c = connect(&server.addr(), Duration::from_secs(10)).await;
     let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
@@ -207,7 +204,8 @@ async fn sigterm_stops_gracefully() {
 #[tokio::test]
 async fn four_letter_words_and_whitelist() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Rzk::spawn(dir.path(), free_port(), "");
+    let port = reserve();
+    let server = Rzk::spawn(dir.path(), &port, "");
     server.wait_ready().await;
     let addr = server.addr().parse().unwrap();
     let srvr = four_letter(addr, "srvr").await;
@@ -230,7 +228,8 @@ async fn four_letter_words_and_whitelist() {
     );
     drop(server);
     let dir = tempfile::tempdir().unwrap();
-    let server = Rzk::spawn(dir.path(), free_port(), "4lw.commands.whitelist=*\n");
+    let port = reserve();
+    let server = Rzk::spawn(dir.path(), &port, "4lw.commands.whitelist=*\n");
     server.wait_ready().await;
     let addr = server.addr().parse().unwrap();
     let c = connect(&server.addr(), Duration::from_secs(10)).await;
@@ -317,7 +316,7 @@ fn invalid_config_exits_2_with_a_clear_message_and_unknown_keys_warn() {
 #[tokio::test]
 async fn no_file_serves_with_data_in_dot_data_and_flags_override() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = reserve();
     let child = Command::new(env!("CARGO_BIN_EXE_rzk"))
         .args([
             "--client-port",
@@ -334,7 +333,10 @@ async fn no_file_serves_with_data_in_dot_data_and_flags_override() {
         ))
         .spawn()
         .unwrap();
-    let server = Rzk { child, port };
+    let server = Rzk {
+        child,
+        port: port.get(),
+    };
     server.wait_ready().await;
     assert!(dir.path().join("data").is_dir(), "data in ./data");
     let c = connect(&server.addr(), Duration::from_secs(100)).await;

@@ -116,12 +116,16 @@ async fn load(owner: &zk::Client, addr: &str) {
 }
 
 /// The ZooKeeper process, killed when the test ends however it ends.
-struct Java(std::process::Child);
+/// ZooKeeper's process and its client port, held while it runs.
+struct Java {
+    child: std::process::Child,
+    _port: rzk_testkit::ports::Port,
+}
 
 impl Drop for Java {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -149,7 +153,14 @@ fn zookeeper(dir: &Path) -> (Java, String) {
         .arg(&cfg)
         .spawn()
         .expect("java");
-    (Java(java), format!("127.0.0.1:{port}"))
+    let addr = format!("127.0.0.1:{port}");
+    (
+        Java {
+            child: java,
+            _port: port,
+        },
+        addr,
+    )
 }
 
 async fn wait_ruok(addr: &str) -> bool {

@@ -96,3 +96,22 @@ fn observers_without_a_quorum_of_participants_exit_2() {
         );
     }
 }
+
+/// A bad `observerMasterPort` stops the start with exit status 2 and names
+/// the key and its line.
+#[test]
+fn a_bad_observer_master_port_exits_2_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let ens = Procs::new(dir.path(), &Layout::voters(3).observers(1));
+    for (m, bad) in [
+        (1, "observerMasterPort=0"),
+        (3, "observerMasterPort.4=2191"),
+    ] {
+        let cfg = &ens.members[m].cfg;
+        edit(cfg, |t| format!("{t}{bad}\n"));
+        let (code, err) = run_to_exit(cfg);
+        assert_eq!(code, Some(2), "{bad}: {err}");
+        let key = bad.split('=').next().unwrap();
+        assert!(err.contains(key), "{bad}: names the key: {err}");
+    }
+}

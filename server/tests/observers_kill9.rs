@@ -333,10 +333,24 @@ async fn observers_get_every_write_in_order_through_kill_9_of_an_observer_and_a_
         "every reader checked: {reads:?}"
     );
 
+    same_as_leader(&ens, leader, &observers, &acked, &written).await;
+    drop(setup);
+}
+
+/// At the end: each observer's tree under the written parents equals the
+/// leader's (count and data), holds every acknowledged write, and the whole
+/// tree has as many znodes as the leader's.
+async fn same_as_leader(
+    ens: &Procs,
+    leader: usize,
+    observers: &[usize],
+    acked: &Acked,
+    written: &AtomicU64,
+) {
     let leader_addr = ens.members[leader].addr();
     for parent in ["/load", "/chain"] {
         let expected = tree_of(&leader_addr, parent).await;
-        for o in &observers {
+        for o in observers {
             let got = tree_of(&ens.members[*o].addr(), parent).await;
             assert_eq!(
                 got.len(),
@@ -362,7 +376,7 @@ async fn observers_get_every_write_in_order_through_kill_9_of_an_observer_and_a_
     }
     // The whole tree, by count, is the same on the leader and the observers.
     let leader_total = all_children_number(&leader_addr, "/").await;
-    for o in &observers {
+    for o in observers {
         let addr = ens.members[*o].addr();
         connect(&addr).await.sync("/").await.unwrap();
         assert_eq!(
@@ -375,7 +389,6 @@ async fn observers_get_every_write_in_order_through_kill_9_of_an_observer_and_a_
     let chain_len = written.load(Ordering::Acquire) as usize;
     let leader_chain = tree_of(&leader_addr, "/chain").await.len();
     assert!(leader_chain >= chain_len, "{leader_chain} < {chain_len}");
-    drop(setup);
 }
 
 /// Waits until `srvr` on `m` says it is not serving.
@@ -467,4 +480,153 @@ async fn observers_never_make_a_quorum() {
     c.sync("/").await.unwrap();
     assert_eq!(c.get_data("/before").await.unwrap().0, b"x");
     assert_eq!(c.get_data("/after").await.unwrap().0, b"y");
+}
+
+/// The member an observer takes its committed stream from (`mntr`'s
+/// `observer_master_id`, ZooKeeper 3.8's name), once it reports one.
+async fn observer_master_of(m: &support::procs::Proc) -> Option<u64> {
+    m.mntr_row("observer_master_id")
+        .await
+        .and_then(|v| v.parse().ok())
+}
+
+/// Waits (60 s at most) until observer `o` follows a member that `ok` accepts;
+/// returns that member's server id.
+async fn follows(ens: &Procs, o: usize, what: &str, ok: impl Fn(u64) -> bool) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(id) = observer_master_of(&ens.members[o])
+            .await
+            .filter(|id| ok(*id))
+        {
+            return id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "observer {} never followed {what}; log tail:\n{}",
+            ens.members[o].id,
+            ens.members[o].log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `observerMasterPort` (issue 12): three voters that serve observers on their
+/// observer-master ports and two observers that follow a follower's relay
+/// (asserted from the observers' `mntr` `observer_master_id` and the
+/// follower's `synced_observers`). Under a write load with chain readers on both
+/// observers, the follower that the first observer follows is killed with
+/// SIGKILL: the observer moves on (another follower or the leader), resyncs
+/// without a gap, and both observers end with exactly the leader's data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_follow_a_followers_observer_master_through_its_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    // One host, three ports: rzk's observerMasterPort.N names each voter's
+    // (ZooKeeper uses one port on every voter's host).
+    // Held for the whole test (rzk_testkit::ports: nothing else takes them
+    // while a follower is down).
+    let ports: Vec<_> = (0..3).map(|_| rzk_testkit::ports::reserve()).collect();
+    let mut layout = Layout::voters(3).observers(2).set("snapCount", 400);
+    for (id, port) in (1..=3).zip(&ports) {
+        layout = layout.set(&format!("observerMasterPort.{id}"), port);
+    }
+    let mut ens = Procs::new(dir.path(), &layout);
+    ens.spawn_all();
+    let leader = ens.settled().await;
+    let leader_id = ens.members[leader].id;
+    let observers = ens.observers();
+    let mut masters = Vec::new();
+    for o in &observers {
+        let m = follows(&ens, *o, "a follower", |id| id != leader_id && id <= 3).await;
+        masters.push(m);
+    }
+    // The follower that serves the first observer reports it.
+    let first = masters[0];
+    let served = (0..3).find(|i| ens.members[*i].id == first).unwrap();
+    let expected = masters.iter().filter(|m| **m == first).count().to_string();
+    eventually(
+        Duration::from_secs(30),
+        "the follower's mntr counts its observers",
+        || {
+            let m = &ens.members[served];
+            let expected = expected.clone();
+            async move { m.mntr_row("synced_observers").await.as_deref() == Some(&*expected) }
+        },
+    )
+    .await;
+
+    let leader_addr = ens.members[leader].addr();
+    let setup = connect(&leader_addr).await;
+    setup.create("/load", b"", &open()).await.unwrap();
+    setup.create("/chain", b"", &open()).await.unwrap();
+    // sync through a relayed observer is still a barrier (I6b).
+    setup.create("/barrier", b"0", &open()).await.unwrap();
+    for o in &observers {
+        let reader = connect(&ens.members[*o].addr()).await;
+        for i in 1..=20 {
+            let value = i.to_string().into_bytes();
+            setup.set_data("/barrier", &value, None).await.unwrap();
+            reader.sync("/barrier").await.unwrap();
+            let (got, _) = reader.get_data("/barrier").await.unwrap();
+            assert_eq!(
+                got, value,
+                "observer {}: a read after sync",
+                ens.members[*o].id
+            );
+        }
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked: Acked = Arc::default();
+    let targets: Vec<String> = ens.members.iter().map(|m| m.addr()).collect();
+    let load = writers(targets, stop.clone(), acked.clone());
+    let written = Arc::new(AtomicU64::new(0));
+    let chain = chain_writer(leader_addr.clone(), stop.clone(), written.clone());
+    let violations = Arc::new(Mutex::new(Vec::new()));
+    let readers: Vec<_> = observers
+        .iter()
+        .map(|o| chain_reader(ens.members[*o].addr(), stop.clone(), violations.clone()))
+        .collect();
+    grows_by(&acked, 200, "writes under load").await;
+
+    // The follower serving the first observer dies under the load.
+    ens.members[served].kill9();
+    let next = follows(&ens, observers[0], "another member", |id| id != first).await;
+    eprintln!(
+        "observer {} moved from {first} to {next}",
+        ens.members[observers[0]].id
+    );
+    grows_by(&acked, 200, "writes after the observer moved").await;
+    ens.members[served].spawn();
+    grows_by(&acked, 100, "writes while the follower rejoins").await;
+    let leader = ens.settled().await;
+
+    stop.store(true, Ordering::Relaxed);
+    for w in load {
+        w.await.expect("a writer panicked");
+    }
+    chain.await.expect("the chain writer panicked");
+    let mut reads = Vec::new();
+    for r in readers {
+        reads.push(r.await.expect("a reader panicked"));
+    }
+    let violations = violations.lock().unwrap().clone();
+    assert!(
+        violations.is_empty(),
+        "{} reads were not a prefix of the chain; the first: {:?}",
+        violations.len(),
+        &violations[..violations.len().min(5)]
+    );
+    eprintln!(
+        "{} writes acknowledged, chain of {}, prefix reads per observer {reads:?}",
+        acked.lock().unwrap().len(),
+        written.load(Ordering::Acquire)
+    );
+    assert!(
+        reads.iter().all(|r| *r > 0),
+        "every reader checked: {reads:?}"
+    );
+    same_as_leader(&ens, leader, &observers, &acked, &written).await;
+    drop(setup);
+    drop(ports);
 }

@@ -4,6 +4,7 @@
 //! begins the snapshot that is due with the first write once it serves.
 mod common;
 
+use rzk_testkit::ports::{reserve, Port};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -11,24 +12,16 @@ use std::time::Duration;
 use common::*;
 use zookeeper_client as zk;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// An `rzk` child process on `dir/data`, its log in `dir/<log_name>`.
 struct Rzk {
     child: Child,
-    port: u16,
+    port: Port,
     log: PathBuf,
 }
 
 impl Rzk {
     fn spawn(dir: &Path, log_name: &str, snap_count: u64) -> Rzk {
-        let port = free_port();
+        let port = reserve();
         let log = dir.join(log_name);
         let child = Command::new(env!("CARGO_BIN_EXE_rzk"))
             .args(["--client-port", &port.to_string()])

@@ -36,7 +36,7 @@ use rollover_support::{
     summarize, verify, wait_for_epoch, wait_for_epoch_clean, Phase, Progress, SessionLog, Workload,
 };
 use rzk_zxid::{CounterLimit, Zxid};
-use support::procs::{free_port, Layout, Proc, Procs};
+use support::procs::{Layout, Proc, Procs};
 use zookeeper_client as zk;
 
 fn limit() -> u32 {
@@ -373,7 +373,7 @@ fn a_counter_limit_below_the_minimum_exits_2_with_a_clear_message() {
             "tickTime=200\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\n\
              admin.enableServer=false\nrzk.zxid.counterLimit=15\n",
             dir.path().join("data").display(),
-            free_port()
+            rzk_testkit::ports::reserve()
         ),
     )
     .unwrap();

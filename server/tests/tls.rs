@@ -7,20 +7,13 @@
 //! checked in.
 mod common;
 
+use rzk_testkit::ports::{reserve, Port};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::eventually;
 use zookeeper_client as zk;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A CA and what it signs.
 struct Ca {
@@ -88,14 +81,14 @@ impl Pki {
 
 struct Rzk {
     child: Child,
-    port: u16,
-    secure: u16,
+    port: Port,
+    secure: Port,
     log: PathBuf,
 }
 
 impl Rzk {
     fn spawn(dir: &Path, extra: &[&str]) -> Rzk {
-        let (port, secure) = (free_port(), free_port());
+        let (port, secure) = (reserve(), reserve());
         let cfg = dir.join("zoo.cfg");
         let mut text = format!(
             "tickTime=200\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\

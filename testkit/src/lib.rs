@@ -28,6 +28,11 @@
 //! multi-thread runtime are told about through [`PanicTrap::thread_hook`] (the
 //! runtime's `on_thread_start`); otherwise await those tasks' handles and propagate
 //! the error.
+//!
+//! [`ports`] reserves loopback ports for the servers a test starts, so that no
+//! other socket takes one between the choice and the server's bind.
+
+pub mod ports;
 
 use std::collections::HashMap;
 use std::panic::{self, PanicHookInfo};

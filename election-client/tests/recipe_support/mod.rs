@@ -16,6 +16,7 @@
 
 #![allow(dead_code)]
 
+use rzk_testkit::ports::{reserve, Port};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -78,6 +79,10 @@ pub struct Server {
     pub port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// Its client, quorum and election ports (only the client port when
+    /// standalone), held while the cluster lives (`rzk_testkit::ports`): a
+    /// restarted member finds them free.
+    _ports: Vec<Port>,
 }
 
 impl Server {
@@ -184,7 +189,8 @@ impl Cluster {
     /// One standalone server of the program the environment asks for.
     pub fn standalone() -> Cluster {
         let program = Program::from_env();
-        let port = free_port();
+        let reserved = reserve();
+        let port = reserved.get();
         let dir = scratch(port);
         let cfg = format!(
             "tickTime=500\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\n4lw.commands.whitelist=*\nadmin.enableServer=false\nzookeeper.extendedTypesEnabled=true\n",
@@ -197,6 +203,7 @@ impl Cluster {
             port,
             dir,
             child: None,
+            _ports: vec![reserved],
         };
         s.spawn();
         s.wait_up();
@@ -208,18 +215,17 @@ impl Cluster {
     /// port; it reads the election port and does not listen on it).
     pub fn ensemble(n: u32) -> Cluster {
         let program = Program::from_env();
-        let ports: Vec<(u16, u16, u16)> = (0..n)
-            .map(|_| (free_port(), free_port(), free_port()))
-            .collect();
+        let ports: Vec<(Port, Port, Port)> =
+            (0..n).map(|_| (reserve(), reserve(), reserve())).collect();
         let servers: String = ports
             .iter()
             .enumerate()
             .map(|(i, (_, q, e))| format!("server.{}=127.0.0.1:{q}:{e}\n", i + 1))
             .collect();
         let mut members = Vec::new();
-        for (i, (client, _, _)) in ports.iter().enumerate() {
+        for (i, (client, q, e)) in ports.into_iter().enumerate() {
             let id = i as u32 + 1;
-            let dir = scratch(*client);
+            let dir = scratch(client.get());
             std::fs::write(dir.join("data/myid"), format!("{id}\n")).expect("myid");
             let cfg = format!(
                 "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={client}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\n4lw.commands.whitelist=*\nadmin.enableServer=false\nznode.container.checkIntervalMs=500\n{servers}",
@@ -229,9 +235,10 @@ impl Cluster {
             let mut s = Server {
                 program: program.clone(),
                 id,
-                port: *client,
+                port: client.get(),
                 dir,
                 child: None,
+                _ports: vec![client, q, e],
             };
             s.spawn();
             members.push(s);
@@ -331,14 +338,6 @@ fn four_letter(addr: &str, word: &[u8]) -> Option<String> {
 
 fn ruok(addr: &str) -> bool {
     four_letter(addr, b"ruok").as_deref() == Some("imok")
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 /// What a [`Link`] does with traffic.

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use rzk_testkit::ports::{reserve, Port};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -21,6 +22,8 @@ pub struct Zk {
     pub addr: String,
     child: Option<Child>,
     dir: Option<PathBuf>,
+    /// Its client port, held while it runs (`rzk_testkit::ports`).
+    _port: Option<Port>,
 }
 
 impl Zk {
@@ -33,9 +36,10 @@ impl Zk {
                 addr,
                 child: None,
                 dir: None,
+                _port: None,
             };
         }
-        let port = free_port();
+        let port = reserve();
         let dir =
             std::env::temp_dir().join(format!("rzk-eclient-zk-{}-{port}", std::process::id()));
         std::fs::create_dir_all(dir.join("data")).expect("zk dir");
@@ -74,6 +78,7 @@ impl Zk {
             addr,
             child: Some(child),
             dir: Some(dir),
+            _port: Some(port),
         }
     }
 }
@@ -101,14 +106,6 @@ fn ruok(addr: &str) -> bool {
     }
     let mut buf = [0u8; 4];
     s.read_exact(&mut buf).is_ok() && &buf == b"imok"
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 /// What a [`Proxy`] does with traffic.

@@ -65,6 +65,9 @@ struct Handle {
     /// Observers: where the sync data started (the point its INFORM lag is
     /// counted from until it acknowledges more).
     synced_from: Zxid,
+    /// An observer that said RELAYED: it takes committed transactions from an
+    /// observer master for the rest of this session; no INFORM goes to it.
+    relayed: bool,
 }
 
 /// A SNAP transfer to one learner: the snapshot file in chunks read from
@@ -320,6 +323,7 @@ impl Peer {
             SessionMsg::SyncRequest { id } => self.leader_on_sync_request(from, session, id),
             SessionMsg::SnapAck { received } => self.leader_on_snap_ack(from, received),
             SessionMsg::Forward { payload } => self.leader_on_forward(from, payload),
+            SessionMsg::Relayed => self.leader_on_relayed(from),
             SessionMsg::FollowerInfo { .. }
             | SessionMsg::LeaderInfo { .. }
             | SessionMsg::Diff { .. }
@@ -388,6 +392,7 @@ impl Peer {
                 snap: None,
                 observer: kind == LearnerKind::Observer,
                 synced_from: Zxid::ZERO,
+                relayed: false,
             },
         );
         // A peer that restarted and reconnects must not keep counting towards
@@ -1060,6 +1065,24 @@ impl Peer {
         self.leader_check_syncs();
     }
 
+    /// An observer takes its committed stream from an observer master from now
+    /// on (issue 12): no more INFORMs to it in this session. Only an observer
+    /// that is synced may say so; anything else ends its session.
+    fn leader_on_relayed(&mut self, from: PeerId) {
+        let ok = self
+            .ld_ref()
+            .learners
+            .get(&from)
+            .is_some_and(|h| h.observer && h.phase >= HPhase::Synced);
+        if !ok {
+            self.refuse_learner(from, "RELAYED", Refusal::Unexpected);
+            return;
+        }
+        if let Some(h) = self.ld().learners.get_mut(&from) {
+            h.relayed = true;
+        }
+    }
+
     /// Sends every synced observer the transactions committed in `(old, new]`
     /// (INFORM), with `old`, the committed zxid they follow: `Zxid::is_next`
     /// alone cannot see a gap that ends at an epoch boundary. An observer
@@ -1070,7 +1093,7 @@ impl Peer {
             .ld_ref()
             .learners
             .iter()
-            .filter(|(_, h)| h.observer && h.phase >= HPhase::Synced)
+            .filter(|(_, h)| h.observer && !h.relayed && h.phase >= HPhase::Synced)
             .map(|(id, h)| (*id, h.acked.max(h.synced_from)))
             .collect();
         if observers.is_empty() {

@@ -66,6 +66,9 @@ pub(crate) struct Learner {
     /// storage refuses the snapshot), so nothing is written after a refused
     /// install.
     pending_new_leader: Option<Epoch>,
+    /// An observer whose committed stream comes from an observer master in
+    /// this session (issue 12): INFORMs from the leader are ignored.
+    relayed: bool,
 }
 
 /// A SNAP being received: the leader's file in chunks, into storage.
@@ -102,6 +105,7 @@ impl Learner {
             syncs_waiting: Vec::new(),
             snap: None,
             pending_new_leader: None,
+            relayed: false,
         }
     }
 
@@ -222,6 +226,9 @@ impl Peer {
                 self.learner_on_proposal(entries)
             }
             SessionMsg::Commit { upto } if phase >= Phase::Syncing => self.learner_on_commit(upto),
+            SessionMsg::Inform { .. } if self.fl_ref().relayed => {
+                // Sent before the leader read RELAYED; the relay carries them.
+            }
             SessionMsg::Inform { prev, entries }
                 if phase >= Phase::Syncing && self.cfg.is_observer() =>
             {
@@ -259,6 +266,7 @@ impl Peer {
             | SessionMsg::Inform { .. }
             | SessionMsg::Pong { .. }
             | SessionMsg::SyncRequest { .. }
+            | SessionMsg::Relayed
             | SessionMsg::Forward { .. } => self.learner_protocol_error(name, Refusal::Unexpected),
         }
     }
@@ -473,6 +481,66 @@ impl Peer {
         self.learner_on_proposal(entries);
         if matches!(&self.state, State::Following(f) if f.last_received == upto) {
             self.learner_on_commit(upto);
+        }
+    }
+
+    /// Whether this peer is an up-to-date observer (the only state a relay
+    /// may feed).
+    fn observer_up_to_date(&self) -> bool {
+        self.cfg.is_observer()
+            && matches!(&self.state, State::Following(f) if f.phase == Phase::UpToDate)
+    }
+
+    /// The driver follows an observer master now: the leader is told to stop
+    /// its INFORMs for the rest of this session.
+    pub(super) fn observer_relay_attached(&mut self) {
+        if !self.observer_up_to_date() || self.fl_ref().relayed {
+            return;
+        }
+        self.fl().relayed = true;
+        self.send_leader(SessionMsg::Relayed);
+    }
+
+    /// Committed transactions from the observer master. Those this peer has
+    /// already received (from the leader's INFORMs before it read RELAYED)
+    /// are dropped: a zxid names one committed transaction. The rest must
+    /// follow the last received exactly (the master's `prev` link and
+    /// `Zxid::is_next`), else the session ends and the observer syncs again:
+    /// never a skip (I4, ZOOKEEPER-5088).
+    pub(super) fn observer_on_relayed(&mut self, prev: Zxid, entries: Vec<Entry>) {
+        if !self.observer_up_to_date() || !self.fl_ref().relayed {
+            return;
+        }
+        let last = self.fl_ref().last_received;
+        let mut prev = prev;
+        let mut fresh = Vec::with_capacity(entries.len());
+        for e in entries {
+            if e.zxid <= last {
+                prev = e.zxid;
+            } else {
+                fresh.push(e);
+            }
+        }
+        let Some(upto) = fresh.last().map(|e| e.zxid) else {
+            return;
+        };
+        if prev != last {
+            let leader = self.fl_ref().leader;
+            self.refuse(leader, "RELAYED", Refusal::Inconsistent { zxid: prev });
+            self.go_looking();
+            return;
+        }
+        self.learner_on_proposal(fresh);
+        if matches!(&self.state, State::Following(f) if f.last_received == upto) {
+            self.learner_on_commit(upto);
+        }
+    }
+
+    /// The relay ended: a relayed observer syncs again (its leader sends it
+    /// nothing more in this session).
+    pub(super) fn observer_relay_ended(&mut self) {
+        if matches!(&self.state, State::Following(f) if f.relayed) {
+            self.go_looking();
         }
     }
 

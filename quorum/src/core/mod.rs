@@ -393,6 +393,27 @@ pub enum Input {
         /// The refused command.
         op: OpId,
     },
+    /// Observers (issue 12): the driver follows an observer master (a
+    /// follower's `observerMasterPort`) from this peer's applied zxid. From
+    /// now on in this learner session the committed stream is
+    /// [`Input::Relayed`]; the leader is told (RELAYED) and sends no more
+    /// INFORMs. Ignored unless this peer is an up-to-date observer.
+    RelayAttached,
+    /// Committed transactions from the observer master, `prev` the zxid the
+    /// master relayed them after. What this peer already has is dropped (the
+    /// leader's INFORMs may overlap the relay's first batch); the rest must
+    /// continue its stream exactly, or the session ends and it syncs again
+    /// (I4: never a skip).
+    Relayed {
+        /// The committed zxid before `entries[0]` at the master.
+        prev: Zxid,
+        /// Contiguous committed transactions.
+        entries: Vec<Entry>,
+    },
+    /// The relay ended (the master went, dropped this observer, or its stream
+    /// failed the contiguity check): a relayed observer ends its session and
+    /// syncs again from the leader.
+    RelayEnded,
 }
 
 /// An output of [`Peer::step`], to be carried out in order.
@@ -775,6 +796,9 @@ impl Peer {
             Input::SnapshotSaved { snapshot } => self.on_snapshot_saved(snapshot),
             Input::ReadDone { id, result } => self.on_read_done(id, result),
             Input::StorageRefused { op } => self.on_storage_refused(op),
+            Input::RelayAttached => self.observer_relay_attached(),
+            Input::Relayed { prev, entries } => self.observer_on_relayed(prev, entries),
+            Input::RelayEnded => self.observer_relay_ended(),
         }
         std::mem::take(&mut self.out)
     }

@@ -1737,3 +1737,124 @@ fn a_voter_answers_an_observer_and_does_not_count_it() {
     // quorum of voters agrees, and the observer's ask is never one.
     assert_eq!(q.role(), Role::Looking);
 }
+
+/// Issue 12, observerMasterPort: once the driver attaches a relay the observer
+/// tells its leader (RELAYED), ignores the leader's INFORMs from then on, drops
+/// what it already has of a relayed batch (INFORMs in flight overlap it) and
+/// applies the rest in order.
+#[test]
+fn a_relayed_observer_tells_the_leader_and_applies_the_relay_in_order() {
+    let (mut p, mut s) = synced_observer();
+    step_durable(
+        &mut p,
+        6,
+        s.msg(SessionMsg::Inform {
+            prev: Zxid::ZERO,
+            entries: vec![entry(1, 1), entry(1, 2)],
+        }),
+    );
+    let out = p.step(Tick(7), Input::RelayAttached);
+    let relayed: Vec<_> = out
+        .iter()
+        .filter(|o| {
+            matches!(o, Output::Send { to, msg: Message::Session { msg: SessionMsg::Relayed, .. } } if *to == L)
+        })
+        .collect();
+    assert_eq!(relayed.len(), 1, "RELAYED to the leader: {out:?}");
+    // A second attach in the same session says nothing more.
+    assert_eq!(p.step(Tick(7), Input::RelayAttached), vec![]);
+    // The leader's INFORM sent before it read RELAYED: ignored.
+    let out = step_durable(
+        &mut p,
+        8,
+        s.msg(SessionMsg::Inform {
+            prev: z(1, 2),
+            entries: vec![entry(1, 3)],
+        }),
+    );
+    assert_eq!(applied(&out), vec![]);
+    assert_eq!(p.role(), Role::Observer);
+    // The relay from z(1, 1): z(1, 2) is had already, z(1, 3) and z(1, 4) apply.
+    let out = step_durable(
+        &mut p,
+        9,
+        Input::Relayed {
+            prev: z(1, 1),
+            entries: vec![entry(1, 2), entry(1, 3), entry(1, 4)],
+        },
+    );
+    assert_eq!(applied(&out), vec![z(1, 3), z(1, 4)]);
+    assert_eq!(p.role(), Role::Observer);
+}
+
+/// A relayed batch that does not continue the observer's stream (a gap) ends
+/// the session, and so does the end of the relay: it syncs again, never skips.
+#[test]
+fn a_relayed_observer_resyncs_on_a_gap_or_when_the_relay_ends() {
+    // A gap (z(1, 3) missing), one that ends at an epoch boundary (the rest
+    // of epoch 1 missing: `is_next` accepts z(2, 1) after z(1, 2), the
+    // relay's `prev` link does not), and the end of the relay.
+    let cases = [
+        Some((z(1, 3), entry(1, 4))),
+        Some((z(1, 5), entry(2, 1))),
+        None,
+    ];
+    for case in cases {
+        let (mut p, mut s) = synced_observer();
+        step_durable(
+            &mut p,
+            6,
+            s.msg(SessionMsg::Inform {
+                prev: Zxid::ZERO,
+                entries: vec![entry(1, 1), entry(1, 2)],
+            }),
+        );
+        p.step(Tick(7), Input::RelayAttached);
+        let input = match case.clone() {
+            Some((prev, e)) => Input::Relayed {
+                prev,
+                entries: vec![e],
+            },
+            None => Input::RelayEnded,
+        };
+        let out = step_durable(&mut p, 8, input);
+        assert_eq!(applied(&out), vec![], "{case:?}");
+        assert_eq!(p.role(), Role::Looking, "{case:?}: {out:?}");
+    }
+    // Not attached: relayed batches and ends are ignored.
+    let (mut p, _) = synced_observer();
+    let out = p.step(
+        Tick(6),
+        Input::Relayed {
+            prev: Zxid::ZERO,
+            entries: vec![entry(1, 1)],
+        },
+    );
+    assert_eq!(out, vec![]);
+    assert_eq!(p.step(Tick(6), Input::RelayEnded), vec![]);
+    assert_eq!(p.role(), Role::Observer);
+}
+
+/// The leader sends no INFORM to an observer that said RELAYED.
+#[test]
+fn a_leader_stops_informing_a_relayed_observer() {
+    let mut p = established_leader_with(cfg(1).with_observers([PeerId(4)]));
+    p.step(Tick(8), from(4, session(40, 0, observer_info())));
+    let ack_epoch = SessionMsg::AckEpoch {
+        current_epoch: Epoch(0),
+        last_zxid: Zxid::ZERO,
+        epoch_ends: vec![Zxid::ZERO],
+    };
+    p.step(Tick(9), from(4, session(40, 1, ack_epoch)));
+    let ack = SessionMsg::AckNewLeader { epoch: Epoch(2) };
+    p.step(Tick(10), from(4, session(40, 2, ack)));
+    let out = p.step(Tick(11), from(4, session(40, 3, SessionMsg::Relayed)));
+    assert_eq!(out, vec![]);
+    step_durable(&mut p, 12, Input::Propose(vec![(7, Bytes::from("a"))]));
+    let out = p.step(
+        Tick(13),
+        from(2, session(20, 3, SessionMsg::Ack { upto: z(2, 1) })),
+    );
+    assert_eq!(p.commit_known(), z(2, 1));
+    assert_eq!(sends_to(&out, 4), vec![], "no INFORM: {out:?}");
+}

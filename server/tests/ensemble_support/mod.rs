@@ -1,6 +1,6 @@
 //! An ensemble of rzk members inside the test process: each member serves its
-//! client port and its quorum port (gRPC) on 127.0.0.1, ports chosen by binding
-//! port 0, with its own data directory and `myid`, exactly as zoo.cfg would
+//! client port and its quorum port (gRPC) on 127.0.0.1, on ports reserved for the
+//! ensemble's life (`rzk_testkit::ports`), with its own data directory and `myid`, exactly as zoo.cfg would
 //! describe it. A member can be stopped gracefully, crashed (its tasks dropped
 //! mid-flight, as a kill would), and restarted on the same ports and data.
 #![allow(dead_code)]
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use rzk_server::config::ServerConfig;
 use rzk_server::{Listeners, Membership, ServerError};
+use rzk_testkit::ports::{reserve, Port};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -26,6 +27,9 @@ pub struct Member {
     pub quorum: SocketAddr,
     pub dir: PathBuf,
     running: Option<Running>,
+    /// Its client, quorum and election ports, held for the ensemble's life
+    /// (`rzk_testkit::ports`) so nothing else takes one between restarts.
+    _ports: [Port; 3],
 }
 
 /// A running ensemble.
@@ -36,16 +40,8 @@ pub struct Ensemble {
     extra: Vec<(String, String)>,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Binds a port that was ours before (a restart); another process may hold it
-/// for a moment, so try for a while.
+/// Binds a member's port again (a restart): the crashed member's listener may
+/// not be closed yet, so try for a while.
 async fn rebind(addr: SocketAddr) -> TcpListener {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -68,20 +64,16 @@ impl Ensemble {
         let mut server_lines = Vec::new();
         for i in 0..n {
             let id = i as u64 + 1;
-            let client = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let quorum = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let (c, q) = (client.local_addr().unwrap(), quorum.local_addr().unwrap());
+            let ports = [reserve(), reserve(), reserve()];
+            let client = TcpListener::bind(ports[0].addr()).await.unwrap();
+            let quorum = TcpListener::bind(ports[1].addr()).await.unwrap();
+            let (c, q) = (ports[0].addr(), ports[1].addr());
             let dir = root.join(format!("m{id}"));
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join("myid"), format!("{id}\n")).unwrap();
             server_lines.push((
                 format!("server.{id}"),
-                format!(
-                    "127.0.0.1:{}:{};127.0.0.1:{}",
-                    q.port(),
-                    free_port(),
-                    c.port()
-                ),
+                format!("127.0.0.1:{}:{};127.0.0.1:{}", q.port(), ports[2], c.port()),
             ));
             members.push(Member {
                 id,
@@ -89,6 +81,7 @@ impl Ensemble {
                 quorum: q,
                 dir,
                 running: None,
+                _ports: ports,
             });
             listeners.push((client, quorum));
         }

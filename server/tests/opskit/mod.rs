@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+use rzk_testkit::ports::Port;
+
+/// A port for a server the test starts, held until the `Port` drops
+/// (`rzk_testkit::ports`): keep it alive as long as the server runs.
+pub fn free_port() -> Port {
+    rzk_testkit::ports::reserve()
 }
 
 /// An `rzk` child process started with `zoo.cfg` lines; its log is a file.
@@ -19,11 +19,13 @@ pub struct Rzk {
     pub child: Child,
     pub port: u16,
     pub log: PathBuf,
+    _port: Port,
 }
 
 impl Rzk {
     pub fn spawn(dir: &Path, lines: &[String]) -> Rzk {
-        let port = free_port();
+        let reserved = free_port();
+        let port = reserved.get();
         let cfg = dir.join("zoo.cfg");
         let mut text = format!(
             "tickTime=200\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
@@ -43,7 +45,12 @@ impl Rzk {
             .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
             .spawn()
             .unwrap();
-        Rzk { child, port, log }
+        Rzk {
+            child,
+            port,
+            log,
+            _port: reserved,
+        }
     }
 
     pub fn addr(&self) -> String {
@@ -54,25 +61,19 @@ impl Rzk {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits (30 s at most) until rzk answers `ruok`; panics with its log if it
+    /// exits or does not answer.
     pub async fn wait_ready(&mut self) {
-        if let Err(why) = self.try_wait_ready().await {
-            panic!("{why}");
-        }
-    }
-
-    /// As [`Rzk::wait_ready`], but an exit or a start that never answers is an
-    /// error (with the log) instead of a panic.
-    pub async fn try_wait_ready(&mut self) -> Result<(), String> {
         for _ in 0..600 {
             if let Some(status) = self.child.try_wait().unwrap() {
-                return Err(format!("rzk exited with {status}:\n{}", self.log_text()));
+                panic!("rzk exited with {status}:\n{}", self.log_text());
             }
             if four_letter(&self.addr(), "ruok").await == "imok" {
-                return Ok(());
+                return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Err(format!("rzk did not start:\n{}", self.log_text()))
+        panic!("rzk did not start:\n{}", self.log_text());
     }
 }
 

@@ -1,7 +1,9 @@
 //! Real `rzk` processes on loopback, for the tests that need a process to die
 //! (kill -9), stop (SIGSTOP) or be measured (/proc RSS): an ensemble of voters
 //! and observers, each with its own data directory, `myid` and zoo.cfg, every
-//! port chosen by binding port 0, every member's stderr in `<dir>/rzk.log`.
+//! port reserved for the ensemble's lifetime (`rzk_testkit::ports`: the kernel
+//! chooses it as for port 0, and no other socket can take it between a member's
+//! stops and starts), every member's stderr in `<dir>/rzk.log`.
 //!
 //! ```ignore
 //! let root = tempfile::tempdir().unwrap();
@@ -21,14 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A port nobody listened on a moment ago (bound on 127.0.0.1:0, released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use rzk_testkit::ports::{reserve, Port};
 
 /// Whether a member votes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -273,6 +268,9 @@ pub fn row<'a>(mntr: &'a str, key: &str) -> Option<&'a str> {
 pub struct Procs {
     /// Voters first (ids 1..), then observers.
     pub members: Vec<Proc>,
+    /// Every member's client, quorum and election port, held while the
+    /// ensemble lives so a restarted member finds its ports free.
+    _ports: Vec<(Port, Port, Port)>,
 }
 
 impl Procs {
@@ -287,9 +285,8 @@ impl Procs {
                 Kind::Observer
             }
         });
-        let ports: Vec<(u16, u16, u16)> = (0..n)
-            .map(|_| (free_port(), free_port(), free_port()))
-            .collect();
+        let ports: Vec<(Port, Port, Port)> =
+            (0..n).map(|_| (reserve(), reserve(), reserve())).collect();
         let servers: String = kinds
             .clone()
             .zip(&ports)
@@ -337,7 +334,10 @@ impl Procs {
                 }
             })
             .collect();
-        Procs { members }
+        Procs {
+            members,
+            _ports: ports,
+        }
     }
 
     /// Starts every member that is not running.
