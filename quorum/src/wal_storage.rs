@@ -54,8 +54,12 @@ const OPEN_SNAPSHOTS_MAX: usize = 4;
 pub struct WalStorage {
     wal: Arc<Wal>,
     dir: PathBuf,
-    /// Appends issued and not yet known durable.
-    pending: Vec<Append>,
+    /// The last append issued and not yet known durable. The log makes its
+    /// records durable in order and stops for good at its first failure, so the
+    /// last append resolving Ok means every one before it is durable; waiting on
+    /// each would park this thread once per record as the log's writer resolves
+    /// them one by one (a futex wake per txn, issue 11's standalone regression).
+    pending: Option<Append>,
     /// The last acceptedEpoch persisted, to skip rewriting the "from" file.
     written_from: Option<(Epoch, PeerId)>,
     /// The SNAP being received, until it is installed or dropped.
@@ -124,7 +128,7 @@ impl WalStorage {
             }),
             wal,
             dir,
-            pending: Vec::new(),
+            pending: None,
             written_from: None,
             incoming: None,
         })
@@ -136,10 +140,10 @@ impl WalStorage {
     }
 
     fn wait_pending(&mut self) -> Result<(), StorageError> {
-        for a in self.pending.drain(..) {
-            a.wait().map_err(err)?;
+        match self.pending.take() {
+            Some(a) => a.wait().map(|_| ()).map_err(err),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn read_from_file(&self, accepted: Epoch) -> Option<PeerId> {
@@ -228,8 +232,7 @@ impl Storage for WalStorage {
     fn execute(&mut self, cmd: StorageCmd) -> Result<(), StorageError> {
         if let StorageCmd::Append(entries) = cmd {
             for e in entries {
-                self.pending
-                    .push(self.wal.append(e.zxid, e.payload).map_err(err)?);
+                self.pending = Some(self.wal.append(e.zxid, e.payload).map_err(err)?);
             }
             return Ok(());
         }

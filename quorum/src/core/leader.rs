@@ -1026,7 +1026,7 @@ impl Peer {
     pub(super) fn leader_try_commit(&mut self) {
         let quorum = self.cfg.quorum();
         let own = self.durable.ackable;
-        let voters = self.cfg.voters.clone();
+        let voters = &self.cfg.voters;
         let l = self.ld_ref();
         if l.phase != Phase::Broadcast {
             return;
@@ -1099,9 +1099,10 @@ impl Peer {
         if observers.is_empty() {
             return;
         }
+        let from = self.log.partition_point(|e| e.zxid <= old);
         let entries: Vec<Entry> = self
             .log
-            .iter()
+            .range(from..)
             .chain(self.blocked.iter())
             .filter(|e| e.zxid > old && e.zxid <= new)
             .cloned()
@@ -1136,10 +1137,15 @@ impl Peer {
     /// has persisted acceptedEpoch ≥ that epoch (§6.2).
     fn leader_note_rollovers(&mut self, old: Zxid, new: Zxid) {
         let limit = self.cfg.counter_limit;
+        // Only the entries just committed: the window holds up to a snapshot
+        // interval of them, and a scan of all of it at every commit was most of
+        // a standalone write's cost in the core (issue 11).
+        let from = self.log.partition_point(|e| e.zxid <= old);
         let rolled = self
             .log
-            .iter()
-            .filter(|e| e.zxid > old && e.zxid <= new && e.zxid.is_last_with(limit))
+            .range(from..)
+            .take_while(|e| e.zxid <= new)
+            .filter(|e| e.zxid.is_last_with(limit))
             .filter_map(|e| e.zxid.epoch().next())
             .max();
         let Some(epoch) = rolled else {
@@ -1226,7 +1232,7 @@ impl Peer {
     /// quorum answered (I6b: the answer cannot come from a deposed leader).
     pub(super) fn leader_check_syncs(&mut self) {
         let quorum = self.cfg.quorum();
-        let voters = self.cfg.voters.clone();
+        let voters = &self.cfg.voters;
         let applied = self.applied;
         let l = self.ld_ref();
         if l.syncs.is_empty() {

@@ -1261,7 +1261,7 @@ impl Peer {
         let start = self.log.partition_point(|e| e.zxid <= self.applied);
         let mut entries = Vec::new();
         let mut prev = self.applied;
-        for e in self.log.iter().skip(start) {
+        for e in self.log.range(start..) {
             if e.zxid > target {
                 break;
             }
