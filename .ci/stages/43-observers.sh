@@ -10,7 +10,8 @@
 # - the same file, observerMasterPort: three voters serving observers on their
 #   observer-master ports, two observers following followers' relays; the
 #   follower one follows is killed with SIGKILL under load, the observer moves
-#   on, readers see only prefixes, both end equal to the leader (6 s).
+#   on, readers see only prefixes, both end equal to the leader (6 s); and a
+#   follower stopped with SIGSTOP loses its observer to another member (5 s).
 # - the interop suite (kazoo, zkCli.sh, Curator) with its connect string pointing at
 #   the observer of a 3+1 ensemble only, Apache ZooKeeper 3.8 first (the reference),
 #   then rzk (interop/run --mode observer).

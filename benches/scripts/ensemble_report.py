@@ -199,27 +199,34 @@ def cmd_report(a):
     return 0
 
 
-def cmd_write(a):
-    with open(a.bench) as f:
+def write_section(bench, section_file, section, after):
+    """Puts the text of `section_file` (a `## ` section) into `bench` in place of
+    the section titled `section`; a new one goes right after the section titled
+    `after`, else at the end. Used by observers_report.py too."""
+    with open(bench) as f:
         doc = f.read()
-    with open(a.section) as f:
+    with open(section_file) as f:
         new = f.read().rstrip() + "\n"
-    start = doc.find("\n" + SECTION + "\n")
+    start = doc.find("\n" + section + "\n")
     if start >= 0:
         start += 1
-        nxt = doc.find("\n## ", start + len(SECTION))
+        nxt = doc.find("\n## ", start + len(section))
         end = len(doc) if nxt < 0 else nxt + 1
         doc = doc[:start] + new + ("\n" + doc[end:] if end < len(doc) else "")
     else:
-        # New: right after the standalone comparison, else at the end.
-        after = doc.find("\n" + AFTER + "\n")
-        nxt = doc.find("\n## ", after + 1 + len(AFTER)) if after >= 0 else -1
+        at = doc.find("\n" + after + "\n")
+        nxt = doc.find("\n## ", at + 1 + len(after)) if at >= 0 else -1
         if nxt < 0:
             doc = doc.rstrip() + "\n\n" + new
         else:
             doc = doc[: nxt + 1] + new + "\n" + doc[nxt + 1:]
-    with open(a.bench, "w") as f:
+    with open(bench, "w") as f:
         f.write(doc)
+
+
+def cmd_write(a):
+    # New: right after the standalone comparison, else at the end.
+    write_section(a.bench, a.section, SECTION, AFTER)
     return 0
 
 

@@ -300,26 +300,8 @@ def cmd_report(a):
 
 
 def cmd_write(a):
-    with open(a.bench) as f:
-        doc = f.read()
-    with open(a.section) as f:
-        new = f.read().rstrip() + "\n"
-    start = doc.find("\n" + SECTION + "\n")
-    if start >= 0:
-        start += 1
-        nxt = doc.find("\n## ", start + len(SECTION))
-        end = len(doc) if nxt < 0 else nxt + 1
-        doc = doc[:start] + new + ("\n" + doc[end:] if end < len(doc) else "")
-    else:
-        # New: right after the ensemble comparison, else at the end.
-        after = doc.find("\n" + AFTER + "\n")
-        nxt = doc.find("\n## ", after + 1 + len(AFTER)) if after >= 0 else -1
-        if nxt < 0:
-            doc = doc.rstrip() + "\n\n" + new
-        else:
-            doc = doc[: nxt + 1] + new + "\n" + doc[nxt + 1:]
-    with open(a.bench, "w") as f:
-        f.write(doc)
+    # New: right after the ensemble comparison, else at the end.
+    ensemble_report.write_section(a.bench, a.section, SECTION, AFTER)
     return 0
 
 

@@ -25,6 +25,11 @@ pub mod pb {
 use pb::observer_relay_client::ObserverRelayClient;
 use pb::observer_relay_server::{ObserverRelay, ObserverRelayServer};
 
+/// How often an observer pings its master's connection (HTTP/2 PING).
+pub const RELAY_PING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a ping (or the connect) may go unanswered before the follow ends.
+pub const RELAY_PING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Informs sent per gRPC message at most.
 const BATCH_INFORMS_MAX: usize = 256;
 
@@ -140,9 +145,22 @@ impl RelayClient {
         observer: ObserverId,
         synced_to: Zxid,
     ) -> Result<RelayClient, FollowError> {
-        let mut client = ObserverRelayClient::connect(format!("http://{addr}"))
+        let connect = |source| FollowError::Connect { addr, source };
+        // HTTP/2 pings on an idle stream: a master that stops answering (a
+        // stopped process, a cut link) ends the follow within
+        // RELAY_PING_INTERVAL + RELAY_PING_TIMEOUT instead of leaving the
+        // observer waiting on a stream that never closes.
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(connect)?
+            .tcp_nodelay(true)
+            .connect_timeout(RELAY_PING_TIMEOUT)
+            .http2_keep_alive_interval(RELAY_PING_INTERVAL)
+            .keep_alive_timeout(RELAY_PING_TIMEOUT)
+            .keep_alive_while_idle(true)
+            .connect()
             .await
-            .map_err(|source| FollowError::Connect { addr, source })?;
+            .map_err(connect)?;
+        let mut client = ObserverRelayClient::new(channel);
         let stream = client
             .follow(pb::FollowRequest {
                 observer: observer.0,

@@ -630,3 +630,35 @@ async fn observers_follow_a_followers_observer_master_through_its_kill_9() {
     drop(setup);
     drop(ports);
 }
+
+/// A follower that stops answering without closing anything (SIGSTOP) must
+/// not hold the observers that follow its observer master: their relay
+/// connection's pings go unanswered, the follow ends, and they sync again and
+/// follow another member, where writes keep arriving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_leaves_a_stopped_observer_master() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports: Vec<_> = (0..3).map(|_| rzk_testkit::ports::reserve()).collect();
+    let mut layout = Layout::voters(3).observers(1);
+    for (id, port) in (1..=3).zip(&ports) {
+        layout = layout.set(&format!("observerMasterPort.{id}"), port);
+    }
+    let mut ens = Procs::new(dir.path(), &layout);
+    ens.spawn_all();
+    let leader = ens.settled().await;
+    let leader_id = ens.members[leader].id;
+    let o = ens.observers()[0];
+    let first = follows(&ens, o, "a follower", |id| id != leader_id && id <= 3).await;
+    let served = (0..3).find(|i| ens.members[*i].id == first).unwrap();
+    ens.members[served].signal("STOP");
+    let next = follows(&ens, o, "another member", |id| id != first).await;
+    // Writes on the leader reach the observer again.
+    let w = connect(&ens.members[leader].addr()).await;
+    w.create("/after-stop", b"x", &open()).await.unwrap();
+    let r = connect(&ens.members[o].addr()).await;
+    r.sync("/after-stop").await.unwrap();
+    assert_eq!(r.get_data("/after-stop").await.unwrap().0, b"x");
+    eprintln!("observer moved from stopped {first} to {next}");
+    ens.members[served].signal("CONT");
+    drop(ports);
+}
