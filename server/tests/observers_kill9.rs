@@ -226,6 +226,93 @@ async fn all_children_number(target: &str, path: &str) -> i32 {
     }
 }
 
+/// Creates `/load`, `/chain` and `/barrier` on the leader (through `setup`),
+/// then checks that `sync` on every observer is a barrier (I6b): `rounds`
+/// times, a read after it sees the value the leader acknowledged before it.
+async fn parents_and_barrier(ens: &Procs, setup: &zk::Client, observers: &[usize], rounds: u32) {
+    setup.create("/load", b"", &open()).await.unwrap();
+    setup.create("/chain", b"", &open()).await.unwrap();
+    setup.create("/barrier", b"0", &open()).await.unwrap();
+    for o in observers {
+        let reader = connect(&ens.members[*o].addr()).await;
+        for i in 1..=rounds {
+            let value = i.to_string().into_bytes();
+            setup.set_data("/barrier", &value, None).await.unwrap();
+            reader.sync("/barrier").await.unwrap();
+            let (got, _) = reader.get_data("/barrier").await.unwrap();
+            assert_eq!(
+                got, value,
+                "observer {}: a read after sync",
+                ens.members[*o].id
+            );
+        }
+    }
+}
+
+/// A running write load: [`writers`] on `targets`, the [`chain_writer`] on the
+/// leader and a [`chain_reader`] on every observer.
+struct Load {
+    stop: Arc<AtomicBool>,
+    acked: Acked,
+    written: Arc<AtomicU64>,
+    violations: Arc<Mutex<Vec<String>>>,
+    writers: Vec<tokio::task::JoinHandle<()>>,
+    chain: tokio::task::JoinHandle<()>,
+    readers: Vec<tokio::task::JoinHandle<u64>>,
+}
+
+impl Load {
+    fn start(ens: &Procs, targets: Vec<String>, leader: usize, observers: &[usize]) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked: Acked = Arc::default();
+        let written = Arc::new(AtomicU64::new(0));
+        let violations = Arc::new(Mutex::new(Vec::new()));
+        Load {
+            writers: writers(targets, stop.clone(), acked.clone()),
+            chain: chain_writer(ens.members[leader].addr(), stop.clone(), written.clone()),
+            readers: observers
+                .iter()
+                .map(|o| chain_reader(ens.members[*o].addr(), stop.clone(), violations.clone()))
+                .collect(),
+            stop,
+            acked,
+            written,
+            violations,
+        }
+    }
+
+    /// Stops the load and asserts that every chain read on the observers was
+    /// a prefix of the chain and that every reader checked some.
+    async fn finish(self) -> (Acked, Arc<AtomicU64>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for w in self.writers {
+            w.await.expect("a writer panicked");
+        }
+        self.chain.await.expect("the chain writer panicked");
+        let mut reads = Vec::new();
+        for r in self.readers {
+            reads.push(r.await.expect("a reader panicked"));
+        }
+        let violations = self.violations.lock().unwrap().clone();
+        assert!(
+            violations.is_empty(),
+            "{} reads were not a prefix of the chain; the first: {:?}",
+            violations.len(),
+            &violations[..violations.len().min(5)]
+        );
+        eprintln!(
+            "{} writes acknowledged, chain of {}, prefix reads per observer {reads:?}",
+            self.acked.lock().unwrap().len(),
+            self.written.load(Ordering::Acquire)
+        );
+        assert!(
+            reads.iter().all(|r| *r > 0),
+            "every reader checked: {reads:?}"
+        );
+        (self.acked, self.written)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observers_get_every_write_in_order_through_kill_9_of_an_observer_and_a_follower() {
     let dir = tempfile::tempdir().unwrap();
@@ -249,45 +336,17 @@ async fn observers_get_every_write_in_order_through_kill_9_of_an_observer_and_a_
         "the leader reports both observers synced"
     );
 
-    let leader_addr = ens.members[leader].addr();
-    let setup = connect(&leader_addr).await;
-    setup.create("/load", b"", &open()).await.unwrap();
-    setup.create("/chain", b"", &open()).await.unwrap();
+    let setup = connect(&ens.members[leader].addr()).await;
+    parents_and_barrier(&ens, &setup, &observers, 50).await;
 
-    // sync on an observer is a barrier (I6b): a read after it sees every
-    // write the leader acknowledged before it.
-    setup.create("/barrier", b"0", &open()).await.unwrap();
-    for o in &observers {
-        let reader = connect(&ens.members[*o].addr()).await;
-        for i in 1..=50 {
-            let value = i.to_string().into_bytes();
-            setup.set_data("/barrier", &value, None).await.unwrap();
-            reader.sync("/barrier").await.unwrap();
-            let (got, _) = reader.get_data("/barrier").await.unwrap();
-            assert_eq!(
-                got, value,
-                "observer {}: a read after sync",
-                ens.members[*o].id
-            );
-        }
-    }
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked: Acked = Arc::default();
     // Two writers on every member: those on the observers are forwarded.
     let targets: Vec<String> = ens
         .members
         .iter()
         .flat_map(|m| [m.addr(), m.addr()])
         .collect();
-    let load = writers(targets, stop.clone(), acked.clone());
-    let written = Arc::new(AtomicU64::new(0));
-    let chain = chain_writer(leader_addr.clone(), stop.clone(), written.clone());
-    let violations = Arc::new(Mutex::new(Vec::new()));
-    let readers: Vec<_> = observers
-        .iter()
-        .map(|o| chain_reader(ens.members[*o].addr(), stop.clone(), violations.clone()))
-        .collect();
+    let load = Load::start(&ens, targets, leader, &observers);
+    let acked = load.acked.clone();
     grows_by(&acked, 300, "writes under load").await;
 
     // An observer dies and comes back while the load runs.
@@ -307,32 +366,7 @@ async fn observers_get_every_write_in_order_through_kill_9_of_an_observer_and_a_
     grows_by(&acked, 300, "writes while the follower rejoins").await;
     let leader = ens.settled().await;
 
-    stop.store(true, Ordering::Relaxed);
-    for w in load {
-        w.await.expect("a writer panicked");
-    }
-    chain.await.expect("the chain writer panicked");
-    let mut reads = Vec::new();
-    for r in readers {
-        reads.push(r.await.expect("a reader panicked"));
-    }
-    let violations = violations.lock().unwrap().clone();
-    assert!(
-        violations.is_empty(),
-        "{} reads were not a prefix of the chain; the first: {:?}",
-        violations.len(),
-        &violations[..violations.len().min(5)]
-    );
-    eprintln!(
-        "{} writes acknowledged, chain of {}, prefix reads per observer {reads:?}",
-        acked.lock().unwrap().len(),
-        written.load(Ordering::Acquire)
-    );
-    assert!(
-        reads.iter().all(|r| *r > 0),
-        "every reader checked: {reads:?}"
-    );
-
+    let (acked, written) = load.finish().await;
     same_as_leader(&ens, leader, &observers, &acked, &written).await;
     drop(setup);
 }
@@ -511,121 +545,89 @@ async fn follows(ens: &Procs, o: usize, what: &str, ok: impl Fn(u64) -> bool) ->
     }
 }
 
-/// `observerMasterPort` (issue 12): three voters that serve observers on their
-/// observer-master ports and two observers that follow a follower's relay
-/// (asserted from the observers' `mntr` `observer_master_id` and the
-/// follower's `synced_observers`). Under a write load with chain readers on both
-/// observers, the follower that the first observer follows is killed with
-/// SIGKILL: the observer moves on (another follower or the leader), resyncs
-/// without a gap, and both observers end with exactly the leader's data.
+/// `observerMasterPort` (issue 12), the issue's layout: three voters that
+/// serve observers on their observer-master ports, one observer whose zoo.cfg
+/// names those ports (it follows a follower's relay) and one whose zoo.cfg has
+/// none (it follows the leader), asserted from each observer's `mntr`
+/// `observer_master_id` and the follower's `synced_observers`. Under a write
+/// load with chain readers on both observers, the follower that serves the
+/// first observer is killed with SIGKILL and started again: that observer
+/// moves on (another follower or the leader) and resyncs while writes are in
+/// flight, without a gap; the other stays on the leader; both end with exactly
+/// the leader's data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn observers_follow_a_followers_observer_master_through_its_kill_9() {
+async fn observers_on_a_followers_observer_master_and_on_the_leader_through_its_restart() {
     let dir = tempfile::tempdir().unwrap();
     // One host, three ports: rzk's observerMasterPort.N names each voter's
-    // (ZooKeeper uses one port on every voter's host).
-    // Held for the whole test (rzk_testkit::ports: nothing else takes them
-    // while a follower is down).
+    // (ZooKeeper uses one port on every voter's host). Held for the whole
+    // test (rzk_testkit::ports: nothing else takes them while a follower is
+    // down).
     let ports: Vec<_> = (0..3).map(|_| rzk_testkit::ports::reserve()).collect();
+    // The voters (1..=3) and observer 4 read the ports; observer 5 does not.
     let mut layout = Layout::voters(3).observers(2).set("snapCount", 400);
-    for (id, port) in (1..=3).zip(&ports) {
-        layout = layout.set(&format!("observerMasterPort.{id}"), port);
+    for member in 1..=4 {
+        for (id, port) in (1..=3).zip(&ports) {
+            layout = layout.set_for(member, &format!("observerMasterPort.{id}"), port);
+        }
     }
     let mut ens = Procs::new(dir.path(), &layout);
     ens.spawn_all();
     let leader = ens.settled().await;
     let leader_id = ens.members[leader].id;
     let observers = ens.observers();
-    let mut masters = Vec::new();
-    for o in &observers {
-        let m = follows(&ens, *o, "a follower", |id| id != leader_id && id <= 3).await;
-        masters.push(m);
-    }
-    // The follower that serves the first observer reports it.
-    let first = masters[0];
+    let (relayed, direct) = (observers[0], observers[1]);
+    assert_eq!((ens.members[relayed].id, ens.members[direct].id), (4, 5));
+    let first = follows(&ens, relayed, "a follower", |id| id != leader_id && id <= 3).await;
+    follows(&ens, direct, "the leader", |id| id == leader_id).await;
+    // The follower that serves the relayed observer reports it, and only it.
     let served = (0..3).find(|i| ens.members[*i].id == first).unwrap();
-    let expected = masters.iter().filter(|m| **m == first).count().to_string();
     eventually(
         Duration::from_secs(30),
-        "the follower's mntr counts its observers",
+        "the follower's mntr counts its observer",
         || {
             let m = &ens.members[served];
-            let expected = expected.clone();
-            async move { m.mntr_row("synced_observers").await.as_deref() == Some(&*expected) }
+            async move { m.mntr_row("synced_observers").await.as_deref() == Some("1") }
         },
     )
     .await;
 
-    let leader_addr = ens.members[leader].addr();
-    let setup = connect(&leader_addr).await;
-    setup.create("/load", b"", &open()).await.unwrap();
-    setup.create("/chain", b"", &open()).await.unwrap();
+    let setup = connect(&ens.members[leader].addr()).await;
     // sync through a relayed observer is still a barrier (I6b).
-    setup.create("/barrier", b"0", &open()).await.unwrap();
-    for o in &observers {
-        let reader = connect(&ens.members[*o].addr()).await;
-        for i in 1..=20 {
-            let value = i.to_string().into_bytes();
-            setup.set_data("/barrier", &value, None).await.unwrap();
-            reader.sync("/barrier").await.unwrap();
-            let (got, _) = reader.get_data("/barrier").await.unwrap();
-            assert_eq!(
-                got, value,
-                "observer {}: a read after sync",
-                ens.members[*o].id
-            );
-        }
-    }
+    parents_and_barrier(&ens, &setup, &observers, 20).await;
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked: Acked = Arc::default();
     let targets: Vec<String> = ens.members.iter().map(|m| m.addr()).collect();
-    let load = writers(targets, stop.clone(), acked.clone());
-    let written = Arc::new(AtomicU64::new(0));
-    let chain = chain_writer(leader_addr.clone(), stop.clone(), written.clone());
-    let violations = Arc::new(Mutex::new(Vec::new()));
-    let readers: Vec<_> = observers
-        .iter()
-        .map(|o| chain_reader(ens.members[*o].addr(), stop.clone(), violations.clone()))
-        .collect();
+    let load = Load::start(&ens, targets, leader, &observers);
+    let acked = load.acked.clone();
     grows_by(&acked, 200, "writes under load").await;
 
-    // The follower serving the first observer dies under the load.
+    // The follower serving the relayed observer dies under the load and
+    // starts again; the observer resyncs while writes are in flight.
     ens.members[served].kill9();
-    let next = follows(&ens, observers[0], "another member", |id| id != first).await;
+    let next = follows(&ens, relayed, "another member", |id| id != first).await;
     eprintln!(
         "observer {} moved from {first} to {next}",
-        ens.members[observers[0]].id
+        ens.members[relayed].id
     );
     grows_by(&acked, 200, "writes after the observer moved").await;
     ens.members[served].spawn();
-    grows_by(&acked, 100, "writes while the follower rejoins").await;
+    ens.members[served]
+        .wait_mode("follower", Duration::from_secs(60))
+        .await;
+    grows_by(&acked, 200, "writes after the follower restarted").await;
     let leader = ens.settled().await;
+    assert_eq!(
+        ens.members[leader].id, leader_id,
+        "a follower's restart kept the leader"
+    );
+    // The observer without the ports never left the leader.
+    assert_eq!(
+        observer_master_of(&ens.members[direct]).await,
+        Some(leader_id),
+        "observer {} follows the leader",
+        ens.members[direct].id
+    );
 
-    stop.store(true, Ordering::Relaxed);
-    for w in load {
-        w.await.expect("a writer panicked");
-    }
-    chain.await.expect("the chain writer panicked");
-    let mut reads = Vec::new();
-    for r in readers {
-        reads.push(r.await.expect("a reader panicked"));
-    }
-    let violations = violations.lock().unwrap().clone();
-    assert!(
-        violations.is_empty(),
-        "{} reads were not a prefix of the chain; the first: {:?}",
-        violations.len(),
-        &violations[..violations.len().min(5)]
-    );
-    eprintln!(
-        "{} writes acknowledged, chain of {}, prefix reads per observer {reads:?}",
-        acked.lock().unwrap().len(),
-        written.load(Ordering::Acquire)
-    );
-    assert!(
-        reads.iter().all(|r| *r > 0),
-        "every reader checked: {reads:?}"
-    );
+    let (acked, written) = load.finish().await;
     same_as_leader(&ens, leader, &observers, &acked, &written).await;
     drop(setup);
     drop(ports);

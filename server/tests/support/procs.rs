@@ -36,12 +36,14 @@ pub enum Kind {
 }
 
 /// What to start: how many voters (ids 1..=voters), how many observers (the
-/// ids after them), and zoo.cfg settings on top of the defaults.
+/// ids after them), and zoo.cfg settings on top of the defaults (for every
+/// member, then for single members).
 #[derive(Clone, Debug)]
 pub struct Layout {
     voters: usize,
     observers: usize,
     settings: Vec<(String, String)>,
+    member_settings: Vec<(u64, String, String)>,
 }
 
 impl Layout {
@@ -51,6 +53,7 @@ impl Layout {
             voters: n,
             observers: 0,
             settings: Vec::new(),
+            member_settings: Vec::new(),
         }
     }
 
@@ -64,6 +67,16 @@ impl Layout {
     pub fn set(mut self, key: &str, value: impl ToString) -> Layout {
         self.settings.retain(|(k, _)| k != key);
         self.settings.push((key.to_owned(), value.to_string()));
+        self
+    }
+
+    /// Sets a zoo.cfg key for member `id` only (replaces that member's value
+    /// of the key from [`Layout::set`] or the defaults).
+    pub fn set_for(mut self, id: u64, key: &str, value: impl ToString) -> Layout {
+        self.member_settings
+            .retain(|(i, k, _)| *i != id || k != key);
+        self.member_settings
+            .push((id, key.to_owned(), value.to_string()));
         self
     }
 }
@@ -313,6 +326,10 @@ impl Procs {
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect();
                 settings.extend(layout.settings.iter().cloned());
+                for (_, key, value) in layout.member_settings.iter().filter(|(i, _, _)| *i == id) {
+                    settings.retain(|(k, _)| k != key);
+                    settings.push((key.clone(), value.clone()));
+                }
                 settings.push(("dataDir".into(), dir.join("data").display().to_string()));
                 settings.push(("clientPort".into(), c.to_string()));
                 settings.push(("clientPortAddress".into(), "127.0.0.1".into()));
