@@ -192,6 +192,26 @@ ens_memory() {
   done
 }
 
+# Writes this run's section with a report script (its `report` command, with the
+# options every ensemble mode passes and the mode's own after SCRIPT and WHAT),
+# prints it, and replaces the section in BENCHMARKS.md unless --no-write.
+ens_report() {
+  local script=$1 what=$2
+  shift 2
+  python3 "$REPO_ROOT/benches/scripts/$script" report --work-dir "$WORK_DIR" \
+    --command "$CMD_SHOWN" "${BINS_FROM_ENV[@]}" --note "$NOTE" \
+    --zk-jvm "$(zk_jvm_flags "$ZK_HEAP" "$ZK_XMS")" --rzk-bin "$RZK_BIN" \
+    --rounds "$ROUNDS" --seconds "$SECONDS_PER_RUN" --warmup-seconds "$WARMUP" \
+    --sessions "$SESSIONS" --inflights "$INFLIGHTS" --value-bytes "$VALUE_BYTES" \
+    --snap-count "$SNAP_COUNT" "$@" >"$WORK_DIR/section.md"
+  cat "$WORK_DIR/section.md"
+  [ $FAILED = 0 ] || die "some rzk-bench runs failed or reported errors (see above); BENCHMARKS.md not written"
+  if [ $WRITE = 1 ]; then
+    python3 "$REPO_ROOT/benches/scripts/$script" write "$REPO_ROOT/BENCHMARKS.md" "$WORK_DIR/section.md"
+    log "BENCHMARKS.md: $what section replaced"
+  fi
+}
+
 ensemble_main() {
   [ $FOOTPRINT = 0 ] || die "--mode ensemble: --footprint is measured in standalone mode only"
   log "ensemble of $ENS_SIZE; ZooKeeper JVM flags: $(zk_jvm_flags "$ZK_HEAP" "$ZK_XMS")"
@@ -224,17 +244,6 @@ ensemble_main() {
     for ((n = 1; n <= ENS_SIZE; n++)); do stop_server "$(ens_member "$kind" "$n")"; done
   done
 
-  python3 "$REPO_ROOT/benches/scripts/ensemble_report.py" report --work-dir "$WORK_DIR" \
-    --command "$CMD_SHOWN" "${BINS_FROM_ENV[@]}" --note "$NOTE" \
-    --zk-jvm "$(zk_jvm_flags "$ZK_HEAP" "$ZK_XMS")" --rzk-bin "$RZK_BIN" \
-    --rounds "$ROUNDS" --seconds "$SECONDS_PER_RUN" --warmup-seconds "$WARMUP" \
-    --sessions "$SESSIONS" --inflights "$INFLIGHTS" --value-bytes "$VALUE_BYTES" \
-    --workloads "$WORKLOADS" --snap-count "$SNAP_COUNT" >"$WORK_DIR/section.md"
-  cat "$WORK_DIR/section.md"
-  [ $FAILED = 0 ] || die "some rzk-bench runs failed or reported errors (see above); BENCHMARKS.md not written"
-  if [ $WRITE = 1 ]; then
-    python3 "$REPO_ROOT/benches/scripts/ensemble_report.py" write "$REPO_ROOT/BENCHMARKS.md" "$WORK_DIR/section.md"
-    log "BENCHMARKS.md: ensemble section replaced"
-  fi
+  ens_report ensemble_report.py ensemble --workloads "$WORKLOADS"
   exit 0
 }

@@ -229,17 +229,6 @@ observers_main() {
     for ((n = 1; n <= ${OBS_SIZE[$id]}; n++)); do stop_server "$(ens_member "$id" "$n")"; done
   done
 
-  python3 "$REPO_ROOT/benches/scripts/observers_report.py" report --work-dir "$WORK_DIR" \
-    --command "$CMD_SHOWN" "${BINS_FROM_ENV[@]}" --note "$NOTE" \
-    --zk-jvm "$(zk_jvm_flags "$ZK_HEAP" "$ZK_XMS")" --rzk-bin "$RZK_BIN" \
-    --rounds "$ROUNDS" --seconds "$SECONDS_PER_RUN" --warmup-seconds "$WARMUP" \
-    --sessions "$SESSIONS" --inflights "$INFLIGHTS" --value-bytes "$VALUE_BYTES" \
-    --labels "$labels" --snap-count "$SNAP_COUNT" >"$WORK_DIR/section.md"
-  cat "$WORK_DIR/section.md"
-  [ $FAILED = 0 ] || die "some rzk-bench runs failed or reported errors (see above); BENCHMARKS.md not written"
-  if [ $WRITE = 1 ]; then
-    python3 "$REPO_ROOT/benches/scripts/observers_report.py" write "$REPO_ROOT/BENCHMARKS.md" "$WORK_DIR/section.md"
-    log "BENCHMARKS.md: observer section replaced"
-  fi
+  ens_report observers_report.py observer --labels "$labels"
   exit 0
 }

@@ -40,6 +40,8 @@ pub struct Member {
     mounted: bool,
     /// Its log (stdout and stderr).
     pub log: PathBuf,
+    /// The sockets that keep its ports for it between restarts ([`free_port`]).
+    _held: Vec<socket2::Socket>,
 }
 
 /// The ensemble.
@@ -53,9 +55,25 @@ pub struct Cluster {
     client_links: Vec<Link>,
 }
 
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
+/// A free loopback port for a member, and the socket that holds it for the
+/// run. Binding port 0 and closing the socket would leave the number free for
+/// anything else until the member binds it, and again while a killed member is
+/// down (a proxy's outgoing connection or another bind to port 0 can take it,
+/// and the member then cannot start). The held socket is bound with
+/// SO_REUSEADDR and never listens: Linux gives the number to nothing else,
+/// while the member (rzk's and ZooKeeper's sockets set SO_REUSEADDR) binds it.
+/// The same technique as `rzk_testkit::ports` for the tests.
+fn free_port() -> Result<(u16, socket2::Socket)> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())?;
+    let port = s
+        .local_addr()?
+        .as_socket()
+        .context("a loopback port")?
+        .port();
+    Ok((port, s))
 }
 
 fn signal(pid: u32, sig: &str) -> Result<()> {
@@ -97,19 +115,25 @@ impl Cluster {
                 mounted = true;
             }
             let mut ports = BTreeMap::new();
+            let mut held = Vec::new();
             for name in &cfg.peer_ports {
-                ports.insert(name.clone(), free_port()?);
+                let (port, socket) = free_port()?;
+                ports.insert(name.clone(), port);
+                held.push(socket);
             }
+            let (client_port, socket) = free_port()?;
+            held.push(socket);
             members.push(Member {
                 id,
                 log: dir.join("member.log"),
                 dir,
                 disk,
-                client_port: free_port()?,
+                client_port,
                 ports,
                 child: None,
                 paused: false,
                 mounted,
+                _held: held,
             });
         }
         let mut links = HashMap::new();
@@ -471,6 +495,26 @@ pub fn tail(path: &Path, lines: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_members_port_is_held_for_it_and_only_for_it() {
+        let (port, _held) = free_port().unwrap();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        // Nothing that binds without SO_REUSEADDR takes it, nor a bind to port 0...
+        let plain =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        assert!(plain.bind(&addr.into()).is_err());
+        let others: Vec<_> = (0..2_000)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        assert!(others
+            .iter()
+            .all(|l| l.local_addr().unwrap().port() != port));
+        // ...while the member (std, tokio, mio and ZooKeeper set SO_REUSEADDR)
+        // binds it, and binds it again after a restart.
+        drop(std::net::TcpListener::bind(addr).unwrap());
+        std::net::TcpListener::bind(addr).unwrap();
+    }
 
     fn config() -> Config {
         toml::from_str(

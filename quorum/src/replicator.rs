@@ -323,6 +323,10 @@ pub struct LearnerStats {
     pub synced: bool,
     /// The highest zxid it acknowledged as durable.
     pub acked: Zxid,
+    /// An observer that follows a voter's observer-master relay: the leader
+    /// carries only its writes, session traffic and syncs, and sends it no
+    /// commits. ZooKeeper's leader does not count such an observer.
+    pub relayed: bool,
 }
 
 /// Figures of a replicator, for `srvr`, `mntr` and metrics. A snapshot in time.

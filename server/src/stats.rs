@@ -374,7 +374,9 @@ impl Core {
                 followers: count(&|l| l.voting),
                 synced_followers: count(&|l| l.voting && l.synced),
                 synced_non_voting_followers: 0,
-                synced_observers: count(&|l| !l.voting && l.synced),
+                // ZooKeeper's leader counts the observers it feeds; one on a
+                // follower's relay is that follower's (`relayed_observers`).
+                synced_observers: count(&|l| !l.voting && l.synced && !l.relayed),
                 pending_syncs: if leading { q.pending_syncs } else { 0 },
                 relayed_observers: serves_observers(cfg, self.cfg.server_id).then(|| {
                     q.relayed_observers
@@ -385,7 +387,7 @@ impl Core {
                 leader_observers: if leading {
                     q.learners
                         .iter()
-                        .filter(|l| !l.voting && l.synced)
+                        .filter(|l| !l.voting && l.synced && !l.relayed)
                         .map(|l| (l.id.0, l.acked))
                         .collect()
                 } else {

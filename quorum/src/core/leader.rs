@@ -182,6 +182,7 @@ impl Leader {
                 voting: voters.contains(id) && !h.observer,
                 synced: h.phase >= HPhase::NewLeaderAcked,
                 acked: h.acked,
+                relayed: h.relayed,
             })
             .collect()
     }

@@ -1848,8 +1848,20 @@ fn a_leader_stops_informing_a_relayed_observer() {
     p.step(Tick(9), from(4, session(40, 1, ack_epoch)));
     let ack = SessionMsg::AckNewLeader { epoch: Epoch(2) };
     p.step(Tick(10), from(4, session(40, 2, ack)));
+    let relayed = |p: &Peer| {
+        p.learner_stats()
+            .iter()
+            .find(|l| l.id == PeerId(4))
+            .map(|l| l.relayed)
+    };
+    assert_eq!(relayed(&p), Some(false));
     let out = p.step(Tick(11), from(4, session(40, 3, SessionMsg::Relayed)));
     assert_eq!(out, vec![]);
+    assert_eq!(
+        relayed(&p),
+        Some(true),
+        "reported relayed, not counted by the leader"
+    );
     step_durable(&mut p, 12, Input::Propose(vec![(7, Bytes::from("a"))]));
     let out = p.step(
         Tick(13),
