@@ -353,14 +353,20 @@ class Ensemble:
         return "\n".join(f"--- {m.name}\n{m.log_tail(lines)}" for m in self.servers)
 
 
-def _ensemble_configs(name, work_dir, observers=0):
+def _ensemble_configs(name, work_dir, observers=0, observer_master=False):
     """The shared server lines, and per member (member name, data dir, client port,
     zoo.cfg, log), with the server lines written into every zoo.cfg and each member's
     myid into its dataDir. `observers` members follow the ENSEMBLE_SIZE voters, as in
     ZooKeeper: `:observer` on their line everywhere, `peerType=observer` in their own
-    zoo.cfg."""
+    zoo.cfg. `observer_master` (rzk only) gives every voter its own observer-master
+    port, `observerMasterPort.N=P` in every zoo.cfg (rzk's per-member form: on one host
+    the ports must differ; ZooKeeper would need a loopback address per member), so the
+    observers follow a follower's relay."""
     ids = range(1, ENSEMBLE_SIZE + observers + 1)
     ports = {i: (free_port(), free_port(), free_port()) for i in ids}  # client, quorum, election
+    master_lines = [
+        f"observerMasterPort.{i}={free_port()}" for i in range(1, ENSEMBLE_SIZE + 1)
+    ] if observer_master else []
 
     def observes(i):
         return i > ENSEMBLE_SIZE
@@ -373,7 +379,7 @@ def _ensemble_configs(name, work_dir, observers=0):
     out = []
     for i in ids:
         member = f"{name}-{i}"
-        extra = ["peerType=observer"] if observes(i) else []
+        extra = (["peerType=observer"] if observes(i) else []) + master_lines
         data_dir, port, cfg, log_path = _prepare(member, work_dir, ports[i][0], members, extra)
         os.makedirs(os.path.join(data_dir, "data"), exist_ok=True)
         with open(os.path.join(data_dir, "data", "myid"), "w") as f:
@@ -420,14 +426,63 @@ def start_zookeeper_observer(work_dir):
 
 
 def start_rzk_observer(binary, work_dir):
-    """The same topology of rzk processes; the suite is pointed at the observer."""
-    lines, configs = _ensemble_configs("rzk-observer", work_dir, OBSERVERS)
+    """The same topology of rzk processes, with observer-master ports on the voters: the
+    observer follows a follower's relay (checked before the suite runs); the suite is
+    pointed at the observer."""
+    lines, configs = _ensemble_configs("rzk-observer", work_dir, OBSERVERS, observer_master=True)
     servers = [
         Server(member, [binary, cfg], None, data_dir, port, log_path, work_dir)
         for member, data_dir, port, cfg, log_path in configs
     ]
-    return Ensemble("rzk-observer", servers, lines, servers[ENSEMBLE_SIZE:],
-                    "observer").start()
+    ensemble = Ensemble("rzk-observer", servers, lines, servers[ENSEMBLE_SIZE:],
+                        "observer").start()
+    try:
+        _wait_relayed(ensemble)
+    except ServerError:
+        ensemble.stop()
+        ensemble.cleanup()
+        raise
+    return ensemble
+
+
+def four_letter(port, word):
+    """A four-letter word's answer from HOST:port ("" when it does not answer)."""
+    try:
+        with socket.create_connection((HOST, port), timeout=5) as s:
+            s.sendall(word.encode())
+            chunks = []
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _wait_relayed(ensemble):
+    """Waits (READY_TIMEOUT_S at most) until every observer's `mntr`
+    `zk_observer_master_id` names a member whose `srvr` says `Mode: follower`, and
+    prints what each follows."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    for i, obs in enumerate(ensemble.clients, start=ENSEMBLE_SIZE + 1):
+        while True:
+            mntr = four_letter(obs.port, "mntr")
+            master = next((line.split("\t", 1)[1].strip() for line in mntr.splitlines()
+                           if line.startswith("zk_observer_master_id\t")), None)
+            modes = {j + 1: next((line.split(":", 1)[1].strip()
+                                  for line in four_letter(m.port, "srvr").splitlines()
+                                  if line.startswith("Mode:")), None)
+                     for j, m in enumerate(ensemble.servers[:ENSEMBLE_SIZE])}
+            if master and master.isdigit() and modes.get(int(master)) == "follower":
+                leader = [j for j, mode in modes.items() if mode == "leader"]
+                print(f"[interop] rzk observer {i}: mntr zk_observer_master_id {master} "
+                      f"(a follower; the leader is {leader})", flush=True)
+                break
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"rzk observer {i} does not follow a follower within "
+                    f"{READY_TIMEOUT_S:.0f} s (zk_observer_master_id {master}, voters {modes}); "
+                    f"log: {obs.log_path}\n{obs.log_tail()}")
+            time.sleep(0.2)
 
 
 def start_with_retry(start, *args, attempts=3):
