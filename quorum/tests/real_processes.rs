@@ -80,13 +80,13 @@ impl Node {
 
     /// SIGSTOP: the process stops without its connections closing (a silent
     /// failure, found only by timeouts). `kill` still works on it.
+    /// Returns once every thread is stopped: `kill -STOP` alone returns while
+    /// threads may still run, and a follower's thread that reads the next
+    /// PROPOSAL and logs it breaks what the test arranges (the likely cause of
+    /// a CI failure of the TRUNC step: "cut back by TRUNC", the old leader's
+    /// uncommitted entry apparently reached a follower before it stopped).
     fn pause(&self) {
-        let pid = self.child.as_ref().expect("running").id().to_string();
-        let status = Command::new("kill")
-            .args(["-STOP", &pid])
-            .status()
-            .expect("kill -STOP");
-        assert!(status.success());
+        rzk_testkit::procs::stop(self.child.as_ref().expect("running").id());
     }
 
     /// The process's peak resident set (VmHWM), in KiB.

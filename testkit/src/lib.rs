@@ -30,9 +30,11 @@
 //! the error.
 //!
 //! [`ports`] reserves loopback ports for the servers a test starts, so that no
-//! other socket takes one between the choice and the server's bind.
+//! other socket takes one between the choice and the server's bind; [`procs`]
+//! stops a child process with every one of its threads stopped.
 
 pub mod ports;
+pub mod procs;
 
 use std::collections::HashMap;
 use std::panic::{self, PanicHookInfo};

@@ -153,6 +153,10 @@ impl Proc {
     /// on its own), so what the caller does next cannot reach a running member.
     pub fn signal(&self, sig: &str) {
         let pid = self.pid();
+        if sig == "STOP" {
+            rzk_testkit::procs::stop(pid);
+            return;
+        }
         let ok = Command::new("kill")
             .arg(format!("-{sig}"))
             .arg(pid.to_string())
@@ -160,13 +164,6 @@ impl Proc {
             .unwrap()
             .success();
         assert!(ok, "kill -{sig} {pid}");
-        if sig == "STOP" {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !all_threads_stopped(pid) {
-                assert!(Instant::now() < deadline, "pid {pid} did not stop");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
     }
 
     /// `127.0.0.1:<client port>`.
@@ -410,19 +407,4 @@ impl Procs {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-}
-
-/// Whether every thread of `pid` is stopped (state `T` or `t` in
-/// `/proc/<pid>/task/<tid>/stat`, the field after the parenthesised name).
-fn all_threads_stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().all(|t| {
-        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
-            stat.rsplit_once(')')
-                .and_then(|(_, rest)| rest.trim_start().chars().next())
-                .is_some_and(|state| state == 'T' || state == 't')
-        })
-    })
 }
