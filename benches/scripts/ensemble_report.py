@@ -10,7 +10,6 @@ them) and mem/KIND.{idle,end}.jsonl (each member's role, VmRSS and VmHWM). Uses 
 standalone report's helpers (report.py, beside this file). Standard library only.
 """
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -231,19 +230,8 @@ def cmd_write(a):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("report")
-    for k in ("work-dir", "command", "zk-jvm", "rzk-bin", "workloads", "inflights"):
-        s.add_argument("--" + k, required=True)
-    for k in ("warmup-seconds", "snap-count", "rounds", "seconds", "sessions", "value-bytes"):
-        s.add_argument("--" + k, type=int, required=True)
-    s.add_argument("--bins-from-env", action="store_true")
-    s.add_argument("--note", default="")
-    s = sub.add_parser("write")
-    s.add_argument("bench")
-    s.add_argument("section")
-    a = p.parse_args()
+    a = report.parse_args(("work-dir", "command", "zk-jvm", "rzk-bin", "workloads", "inflights"),
+                          ("warmup-seconds", "snap-count", "rounds", "seconds", "sessions", "value-bytes"))
     return {"report": cmd_report, "write": cmd_write}[a.cmd](a)
 
 

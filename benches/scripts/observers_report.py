@@ -11,7 +11,6 @@ state/ID.{start,end}.N.{srvr,mntr} (four-letter words of every member) and the
 members' logs. Uses report.py's helpers (beside this file). Standard library only.
 """
 
-import argparse
 import datetime as dt
 import glob
 import os
@@ -306,19 +305,8 @@ def cmd_write(a):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("report")
-    for k in ("work-dir", "command", "zk-jvm", "rzk-bin", "labels", "inflights"):
-        s.add_argument("--" + k, required=True)
-    for k in ("warmup-seconds", "snap-count", "rounds", "seconds", "sessions", "value-bytes"):
-        s.add_argument("--" + k, type=int, required=True)
-    s.add_argument("--bins-from-env", action="store_true")
-    s.add_argument("--note", default="")
-    s = sub.add_parser("write")
-    s.add_argument("bench")
-    s.add_argument("section")
-    a = p.parse_args()
+    a = report.parse_args(("work-dir", "command", "zk-jvm", "rzk-bin", "labels", "inflights"),
+                          ("warmup-seconds", "snap-count", "rounds", "seconds", "sessions", "value-bytes"))
     return {"report": cmd_report, "write": cmd_write}[a.cmd](a)
 
 

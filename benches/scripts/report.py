@@ -685,31 +685,44 @@ def cmd_write(a):
     return 0
 
 
-def main():
+def parse_args(report_str, report_int, extra=None):
+    """The command line every report script shares: `report` with the run's
+    settings (the names in REPORT_STR as strings, in REPORT_INT as integers,
+    all required, plus --bins-from-env and --note) and `write BENCH SECTION`;
+    EXTRA(subparsers), if given, adds a script's own subcommands first."""
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("line")
-    s.add_argument("file")
-    s = sub.add_parser("storm-line")
-    s.add_argument("file")
-    s = sub.add_parser("snapshot")
-    s.add_argument("--kind", choices=SERVERS, required=True)
-    s.add_argument("--log", required=True)
-    s.add_argument("--from-line", type=int, default=0)
-    s.add_argument("--min-nodes", type=int, default=0)
-    s.add_argument("--started", action="store_true", help="only: has a snapshot begun?")
+    if extra:
+        extra(sub)
     s = sub.add_parser("report")
-    for k in ("work-dir", "command", "zk-jvm", "zk-jvm-xms", "rzk-bin", "bench-bin", "workloads", "inflights"):
+    for k in report_str:
         s.add_argument("--" + k, required=True)
-    for k in ("warmup-seconds", "snap-count", "rounds", "seconds", "sessions", "value-bytes", "fp-znodes",
-              "fp-idle-sessions", "fp-restart-znodes", "storm-sessions", "storm-parallelism"):
+    for k in report_int:
         s.add_argument("--" + k, type=int, required=True)
     s.add_argument("--bins-from-env", action="store_true")
     s.add_argument("--note", default="")
     s = sub.add_parser("write")
     s.add_argument("bench")
     s.add_argument("section")
-    a = p.parse_args()
+    return p.parse_args()
+
+
+def main():
+    def extra(sub):
+        s = sub.add_parser("line")
+        s.add_argument("file")
+        s = sub.add_parser("storm-line")
+        s.add_argument("file")
+        s = sub.add_parser("snapshot")
+        s.add_argument("--kind", choices=SERVERS, required=True)
+        s.add_argument("--log", required=True)
+        s.add_argument("--from-line", type=int, default=0)
+        s.add_argument("--min-nodes", type=int, default=0)
+        s.add_argument("--started", action="store_true", help="only: has a snapshot begun?")
+
+    a = parse_args(("work-dir", "command", "zk-jvm", "zk-jvm-xms", "rzk-bin", "bench-bin", "workloads", "inflights"),
+                   ("warmup-seconds", "snap-count", "rounds", "seconds", "sessions", "value-bytes", "fp-znodes",
+                    "fp-idle-sessions", "fp-restart-znodes", "storm-sessions", "storm-parallelism"), extra)
     return {"line": cmd_line, "storm-line": cmd_storm_line, "snapshot": cmd_snapshot, "report": cmd_report,
             "write": cmd_write}[a.cmd](a)
 

@@ -1504,14 +1504,9 @@ fn a_leader_counts_no_observer_ack_and_informs_it_of_commits_only() {
     assert_eq!(p.commit_known(), z(2, 1));
 }
 
-/// Issue 12: an observer that falls further behind than
-/// `observer_lag_entries_max` is dropped (it syncs again) instead of being
-/// fed without bound; the voters commit on.
-#[test]
-fn a_slow_observer_is_dropped_not_waited_for() {
-    let mut c = cfg(1).with_observers([PeerId(4)]);
-    c.observer_lag_entries_max = 2;
-    let mut p = established_leader_with(c);
+/// Observer 4, with an empty log, syncs with the established leader `p`
+/// (epoch 2) in session 40, messages 0 to 2, at ticks 8 to 10.
+fn sync_empty_observer_4(p: &mut Peer) {
     p.step(Tick(8), from(4, session(40, 0, observer_info())));
     let ack_epoch = SessionMsg::AckEpoch {
         current_epoch: Epoch(0),
@@ -1521,6 +1516,17 @@ fn a_slow_observer_is_dropped_not_waited_for() {
     p.step(Tick(9), from(4, session(40, 1, ack_epoch)));
     let ack = SessionMsg::AckNewLeader { epoch: Epoch(2) };
     p.step(Tick(10), from(4, session(40, 2, ack)));
+}
+
+/// Issue 12: an observer that falls further behind than
+/// `observer_lag_entries_max` is dropped (it syncs again) instead of being
+/// fed without bound; the voters commit on.
+#[test]
+fn a_slow_observer_is_dropped_not_waited_for() {
+    let mut c = cfg(1).with_observers([PeerId(4)]);
+    c.observer_lag_entries_max = 2;
+    let mut p = established_leader_with(c);
+    sync_empty_observer_4(&mut p);
     let mut informed = 0;
     let mut dropped = false;
     for k in 1..=4u32 {
@@ -1839,15 +1845,7 @@ fn a_relayed_observer_resyncs_on_a_gap_or_when_the_relay_ends() {
 #[test]
 fn a_leader_stops_informing_a_relayed_observer() {
     let mut p = established_leader_with(cfg(1).with_observers([PeerId(4)]));
-    p.step(Tick(8), from(4, session(40, 0, observer_info())));
-    let ack_epoch = SessionMsg::AckEpoch {
-        current_epoch: Epoch(0),
-        last_zxid: Zxid::ZERO,
-        epoch_ends: vec![Zxid::ZERO],
-    };
-    p.step(Tick(9), from(4, session(40, 1, ack_epoch)));
-    let ack = SessionMsg::AckNewLeader { epoch: Epoch(2) };
-    p.step(Tick(10), from(4, session(40, 2, ack)));
+    sync_empty_observer_4(&mut p);
     let relayed = |p: &Peer| {
         p.learner_stats()
             .iter()
