@@ -173,15 +173,7 @@ def cmd_report(a):
         f"{m['nproc']} cores ({m['cpu']}), {m['mem']} RAM, {m['disk']}; load average "
         f"{m['load']} when the report was written.",
         "",
-        f"Command: `{a.command.strip()}` ({v['rzk']}; "
-        + ("binaries built by the script from this repository at "
-           if not a.bins_from_env else "binaries given by RZK_BIN and RZK_BENCH_BIN; repository at ")
-        + f"`{v['rev']}`).",
-        "",
-    ]
-    if a.note:
-        out += [f"Note: {a.note}", ""]
-    out += [
+    ] + report.command_lines(a, v) + [
         f"Apache ZooKeeper {v['zk']} (Debian package), QuorumPeerMain on {v['java']}, JVM flags "
         f"`{a.zk_jvm}` per member. Every member of both: tickTime=2000, initLimit=10, syncLimit=5, "
         f"forceSync=yes (fsync on), snapCount={a.snap_count}, maxClientCnxns=0, "

@@ -207,15 +207,7 @@ def cmd_report(a):
         f"(1/5/15 min) at the {uptime.replace(chr(10), ', at the ')}; {m['load']} when the "
         "report was written; the load at each run is in the tables.",
         "",
-        f"Command: `{a.command.strip()}` ({v['rzk']}; "
-        + ("binaries built by the script from this repository at "
-           if not a.bins_from_env else "binaries given by RZK_BIN and RZK_BENCH_BIN; repository at ")
-        + f"`{v['rev']}`).",
-        "",
-    ]
-    if a.note:
-        out += [f"Note: {a.note}", ""]
-    out += [
+    ] + report.command_lines(a, v) + [
         f"Apache ZooKeeper {v['zk']} (Debian package), QuorumPeerMain on {v['java']}, JVM flags "
         f"`{a.zk_jvm}` per member. Every member of every ensemble: tickTime=2000, initLimit=10, "
         f"syncLimit=5, forceSync=yes (fsync on), snapCount={a.snap_count}, maxClientCnxns=0, "

@@ -596,18 +596,24 @@ def goals_section(a, m, v):
     return out
 
 
+def command_lines(a, v):
+    """The run's command line, where its binaries came from, and its --note."""
+    return [
+        f"Command: `{a.command.strip()}` ({v['rzk']}; "
+        + ("binaries built by the script from this repository at "
+           if not a.bins_from_env else "binaries given by RZK_BIN and RZK_BENCH_BIN; repository at ")
+        + f"`{v['rev']}`).",
+        "",
+    ] + ([f"Note: {a.note}", ""] if a.note else [])
+
+
 def run_header(a, m, v):
     return [
         f"Run {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; machine: "
         f"{m['nproc']} cores ({m['cpu']}), {m['mem']} RAM, {m['disk']}; load average "
         f"{m['load']} when the report was written.",
         "",
-        f"Command: `{a.command.strip()}` ({v['rzk']}; "
-        + ("binaries built by the script from this repository at "
-           if not a.bins_from_env else "binaries given by RZK_BIN and RZK_BENCH_BIN; repository at ")
-        + f"`{v['rev']}`).",
-        "",
-    ] + ([f"Note: {a.note}", ""] if a.note else []) + [
+    ] + command_lines(a, v) + [
         f"Apache ZooKeeper {v['zk']} (Debian package), ZooKeeperServerMain on {v['java']}, JVM "
         f"flags `{a.zk_jvm}`. Both servers: tickTime=2000, forceSync=yes (fsync on), "
         f"snapCount={a.snap_count}, maxClientCnxns=0, globalOutstandingLimit 1000 (default of both), "

@@ -1744,12 +1744,9 @@ fn a_voter_answers_an_observer_and_does_not_count_it() {
     assert_eq!(q.role(), Role::Looking);
 }
 
-/// Issue 12, observerMasterPort: once the driver attaches a relay the observer
-/// tells its leader (RELAYED), ignores the leader's INFORMs from then on, drops
-/// what it already has of a relayed batch (INFORMs in flight overlap it) and
-/// applies the rest in order.
-#[test]
-fn a_relayed_observer_tells_the_leader_and_applies_the_relay_in_order() {
+/// A synced observer that has applied z(1, 1) and z(1, 2) from its leader's
+/// INFORM (tick 6).
+fn observer_informed_of_1_1_and_1_2() -> (Peer, Stream) {
     let (mut p, mut s) = synced_observer();
     step_durable(
         &mut p,
@@ -1759,6 +1756,16 @@ fn a_relayed_observer_tells_the_leader_and_applies_the_relay_in_order() {
             entries: vec![entry(1, 1), entry(1, 2)],
         }),
     );
+    (p, s)
+}
+
+/// Issue 12, observerMasterPort: once the driver attaches a relay the observer
+/// tells its leader (RELAYED), ignores the leader's INFORMs from then on, drops
+/// what it already has of a relayed batch (INFORMs in flight overlap it) and
+/// applies the rest in order.
+#[test]
+fn a_relayed_observer_tells_the_leader_and_applies_the_relay_in_order() {
+    let (mut p, mut s) = observer_informed_of_1_1_and_1_2();
     let out = p.step(Tick(7), Input::RelayAttached);
     let relayed: Vec<_> = out
         .iter()
@@ -1806,15 +1813,7 @@ fn a_relayed_observer_resyncs_on_a_gap_or_when_the_relay_ends() {
         None,
     ];
     for case in cases {
-        let (mut p, mut s) = synced_observer();
-        step_durable(
-            &mut p,
-            6,
-            s.msg(SessionMsg::Inform {
-                prev: Zxid::ZERO,
-                entries: vec![entry(1, 1), entry(1, 2)],
-            }),
-        );
+        let (mut p, _) = observer_informed_of_1_1_and_1_2();
         p.step(Tick(7), Input::RelayAttached);
         let input = match case.clone() {
             Some((prev, e)) => Input::Relayed {
