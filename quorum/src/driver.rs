@@ -788,6 +788,7 @@ impl<T: Transport> Driver<T> {
             pending_syncs: p.pending_syncs(),
             syncs: p.sync_counts(),
             elections: p.elections(),
+            window: p.window_counts(),
             voters: p.voter_count(),
             observer_master: self.follow.as_ref().and_then(|f| f.following),
             relayed_observers: Vec::new(),
