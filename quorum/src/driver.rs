@@ -1002,6 +1002,11 @@ impl<T: Transport> Driver<T> {
                     }),
                     Ok(None) => {}
                     Err(e) => {
+                        // As from the storage thread: a full disk lets the
+                        // member start again once there is space.
+                        if matches!(e, StorageError::Full(_)) {
+                            self.shared.disk_full.store(true, Ordering::Release);
+                        }
                         self.fatal
                             .get_or_insert(ReplicateError::Storage(e.to_string()));
                         return;
