@@ -104,6 +104,28 @@ fn appended_records_survive_reopen_across_segments() {
 }
 
 #[test]
+fn a_reader_that_read_ahead_yields_what_it_would_have_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = open(dir.path(), small_segments());
+    append_all(&log, epoch1(1..=20));
+    let plain: Vec<Record> = log
+        .read_from(z(1, 3))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    for ahead in [0, 1, 5, 17, 18, 100] {
+        let mut reader = log.read_from(z(1, 3)).unwrap().read_ahead(ahead);
+        // The position is that of what was yielded, not of what was read.
+        assert_eq!(reader.position(), z(1, 3), "{ahead} ahead");
+        let first = reader.next().unwrap().unwrap();
+        assert_eq!(reader.position(), first.zxid, "{ahead} ahead");
+        let mut got = vec![first];
+        got.extend(reader.map(|r| r.unwrap()));
+        assert_eq!(got, plain, "{ahead} read ahead");
+    }
+}
+
+#[test]
 fn appends_must_increase_and_be_contiguous_inside_an_epoch() {
     let dir = tempfile::tempdir().unwrap();
     let (log, _) = open(dir.path(), LogOptions::default());

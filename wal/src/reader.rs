@@ -36,8 +36,14 @@ pub struct LogReader {
     /// Where to start in the first segment.
     first_offset: u64,
     cursor: Option<(SegmentCursor, u64)>,
+    /// The last record read from disk.
     prev: Zxid,
     done: bool,
+    /// Records (or the error that ended them) read from disk ahead of the
+    /// caller ([`LogReader::read_all_ahead`]), yielded first.
+    ahead: VecDeque<Result<Record>>,
+    /// The last record yielded.
+    yielded: Zxid,
 }
 
 impl std::fmt::Debug for LogReader {
@@ -65,13 +71,45 @@ impl LogReader {
             cursor: None,
             prev: after,
             done: false,
+            ahead: VecDeque::new(),
+            yielded: after,
         }
     }
 
     /// The zxid of the last record yielded (the one the reader started after, at
     /// first).
     pub fn position(&self) -> Zxid {
-        self.prev
+        self.yielded
+    }
+
+    /// Reads up to `records_max` records now, into memory, to be yielded
+    /// first (the rest is read as before): the rebuild reads the log's tail
+    /// while a preload still decodes the snapshot.
+    pub(crate) fn read_ahead(mut self, records_max: usize) -> LogReader {
+        while self.ahead.len() < records_max {
+            let Some(item) = self.next_from_disk() else {
+                break;
+            };
+            self.ahead.push_back(item);
+        }
+        self
+    }
+
+    fn next_from_disk(&mut self) -> Option<Result<Record>> {
+        if self.done {
+            return None;
+        }
+        match self.step() {
+            Ok(Some(r)) => Some(Ok(r)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
     }
 
     /// An error for bytes that do not read back as they were written: the log
@@ -158,19 +196,13 @@ impl Iterator for LogReader {
     type Item = Result<Record>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
+        let item = match self.ahead.pop_front() {
+            Some(item) => item,
+            None => self.next_from_disk()?,
+        };
+        if let Ok(r) = &item {
+            self.yielded = r.zxid;
         }
-        match self.step() {
-            Ok(Some(r)) => Some(Ok(r)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-        }
+        Some(item)
     }
 }

@@ -94,6 +94,12 @@ struct Preloaded {
     thread: std::thread::JoinHandle<Result<SnapshotFile>>,
 }
 
+/// Records of the log after a preloaded snapshot that the rebuild reads into
+/// memory while the preload runs (the rest is read afterwards, as it is
+/// consumed). The caller of a rebuild holds them all anyway (the quorum's
+/// recovery collects the tail), so this only bounds what is read early.
+const REBUILD_READ_AHEAD_RECORDS_MAX: usize = 1 << 20;
+
 /// The default of [`WalOptions::snapshot_write_bytes_per_sec_max`].
 pub const SNAPSHOT_WRITE_BYTES_PER_SEC_MAX: Option<u64> = None;
 
@@ -341,8 +347,10 @@ impl Wal {
     /// This reads the whole snapshot into memory; [`Wal::rebuild_from_file`]
     /// gives it as an open, verified file instead.
     pub fn rebuild(&self) -> Result<Rebuild> {
-        let (snapshot, records, skipped) =
-            self.rebuild_with(|entry| load_snapshot(&self.snap_dir, entry))?;
+        let (snapshot, records, skipped) = self.rebuild_with(
+            |entry| load_snapshot(&self.snap_dir, entry),
+            |zxid| self.log.read_from(zxid),
+        )?;
         Ok(Rebuild {
             snapshot,
             records,
@@ -363,15 +371,31 @@ impl Wal {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
+        // The log after the preloaded snapshot is read now, while the preload
+        // may still decode it, not after it is joined.
+        let mut tail = preloaded.as_ref().map(|p| {
+            let records = self.log.read_from(p.entry.zxid);
+            let records = records.map(|r| r.read_ahead(REBUILD_READ_AHEAD_RECORDS_MAX));
+            (p.entry.zxid, Some(records))
+        });
         let mut preloaded = preloaded.into_iter().collect::<Vec<_>>();
-        let (snapshot, records, skipped) = self.rebuild_with(|entry| {
-            if let Some(verdict) = join_preload(&mut preloaded, entry) {
-                return verdict;
-            }
-            let file = SnapshotFile::open(snapshot_path(&self.snap_dir, entry.zxid), entry)?;
-            file.verify()?;
-            Ok(file)
-        })?;
+        let (snapshot, records, skipped) = self.rebuild_with(
+            |entry| {
+                if let Some(verdict) = join_preload(&mut preloaded, entry) {
+                    return verdict;
+                }
+                let file = SnapshotFile::open(snapshot_path(&self.snap_dir, entry.zxid), entry)?;
+                file.verify()?;
+                Ok(file)
+            },
+            |zxid| match tail.as_mut() {
+                Some((z, records)) if *z == zxid => match records.take() {
+                    Some(records) => records,
+                    None => self.log.read_from(zxid),
+                },
+                _ => self.log.read_from(zxid),
+            },
+        )?;
         Ok(FileRebuild {
             snapshot,
             records,
@@ -383,6 +407,7 @@ impl Wal {
     fn rebuild_with<T>(
         &self,
         mut load: impl FnMut(&CatalogEntry) -> Result<T>,
+        mut read_from: impl FnMut(Zxid) -> Result<LogReader>,
     ) -> Result<(Option<T>, LogReader, Vec<(Zxid, WalError)>)> {
         let mut skipped = Vec::new();
         let start = self.log.start();
@@ -408,7 +433,7 @@ impl Wal {
                     continue;
                 }
             };
-            match self.log.read_from(entry.zxid) {
+            match read_from(entry.zxid) {
                 Ok(records) => return Ok((Some(snapshot), records, skipped)),
                 Err(err @ WalError::NotInLog { .. }) => {
                     tracing::warn!(zxid = %entry.zxid, error = %err, "skipping snapshot the log does not connect to");

@@ -150,6 +150,19 @@ fn a_preloaded_snapshot_is_verified_once_by_its_preload() {
     assert_eq!(verify_passes(), before, "the rebuild read the file again");
     assert_eq!(r.snapshot.as_ref().map(SnapshotFile::zxid), Some(z(1, 8)));
     assert!(r.skipped.is_empty());
+    // The tail, read ahead of the join, comes out as a reader would give it.
+    let mut records = r.records;
+    assert_eq!(records.position(), z(1, 8));
+    assert_eq!(records.next().unwrap().unwrap().zxid, z(1, 9));
+    assert_eq!(records.position(), z(1, 9));
+    let rest: Vec<crate::Record> = records.map(|rec| rec.unwrap()).collect();
+    assert_eq!(
+        rest,
+        vec![crate::Record {
+            zxid: z(1, 10),
+            payload: txn(z(1, 10))
+        }]
+    );
     let (zxid, data, read) = preloaded.recv().unwrap();
     assert_eq!((zxid, data), (z(1, 8), state(z(1, 8))));
     read.unwrap();
