@@ -12,11 +12,14 @@
 //! `Notify` per event and a semaphore (issue 15).
 
 use std::future::poll_fn;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use bytes::BytesMut;
+
+use crate::watch::ConnId;
 
 #[derive(Debug, Default)]
 struct State {
@@ -33,6 +36,11 @@ struct State {
 #[derive(Debug)]
 pub struct Outbox {
     state: Mutex<State>,
+    /// The client's address: kept here, once per connection, rather than in
+    /// the connection's task and in the core's table both (issue 15).
+    peer: SocketAddr,
+    /// The connection's id.
+    conn: ConnId,
     /// Bytes queued beyond which the client counts as not reading
     /// (`rzk.connection.outgoingBytesMax`).
     bytes_max: usize,
@@ -76,16 +84,28 @@ pub enum Next {
 }
 
 impl Outbox {
-    /// An empty outbox of a connection that may have `requests_max`
-    /// requests in flight (at least one).
-    pub fn new(bytes_max: usize, requests_max: usize) -> Outbox {
+    /// An empty outbox of connection `conn` from `peer`, which may have
+    /// `requests_max` requests in flight (at least one).
+    pub fn new(conn: ConnId, peer: SocketAddr, bytes_max: usize, requests_max: usize) -> Outbox {
         Outbox {
             state: Mutex::new(State::default()),
+            peer,
+            conn,
             bytes_max,
             cancelled: AtomicBool::new(false),
             slots: AtomicUsize::new(requests_max.max(1)),
             slot_wanted: AtomicBool::new(false),
         }
+    }
+
+    /// The client's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The connection's id.
+    pub fn conn(&self) -> ConnId {
+        self.conn
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -110,35 +130,59 @@ impl Outbox {
         }
     }
 
-    /// A request slot if one is free.
-    pub fn try_slot(self: &Arc<Self>) -> Option<ConnSlot> {
+    /// Takes a request slot if one is free (see [`Outbox::taken_slot`]).
+    fn take_slot(&self) -> bool {
         let mut free = self.slots.load(Ordering::SeqCst);
         while free > 0 {
             match self
                 .slots
                 .compare_exchange(free, free - 1, Ordering::SeqCst, Ordering::SeqCst)
             {
-                Ok(_) => return Some(ConnSlot(self.clone())),
+                Ok(_) => return true,
                 Err(now) => free = now,
             }
         }
-        None
+        false
     }
 
-    /// A request slot, or Pending until one is given back (the caller's
-    /// task is woken then).
-    pub fn poll_slot(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<ConnSlot> {
-        if let Some(slot) = self.try_slot() {
-            return Poll::Ready(slot);
+    /// A request slot if one is free.
+    pub fn try_slot(self: &Arc<Self>) -> Option<ConnSlot> {
+        self.take_slot().then(|| ConnSlot(self.clone()))
+    }
+
+    /// Takes a request slot, or is Pending until one is given back (the
+    /// caller's task is woken then). The slot taken is counted, not held:
+    /// [`Outbox::taken_slot`] makes it a [`ConnSlot`] and
+    /// [`Outbox::give_back_slot`] returns it, so that a connection waiting
+    /// for its next request keeps a flag, not a reference (issue 15).
+    pub fn poll_take_slot(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.take_slot() {
+            return Poll::Ready(());
         }
         self.register(cx.waker());
         self.slot_wanted.store(true, Ordering::SeqCst);
         // A slot given back between the first try and the flag did not see
         // the flag: look again.
-        match self.try_slot() {
-            Some(slot) => Poll::Ready(slot),
-            None => Poll::Pending,
+        if self.take_slot() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
         }
+    }
+
+    /// The slot [`Outbox::poll_take_slot`] took, as a [`ConnSlot`].
+    pub fn taken_slot(self: &Arc<Self>) -> ConnSlot {
+        ConnSlot(self.clone())
+    }
+
+    /// Gives back the slot [`Outbox::poll_take_slot`] took.
+    pub fn give_back_slot(self: &Arc<Self>) {
+        drop(self.taken_slot());
+    }
+
+    /// A request slot, or Pending until one is given back.
+    pub fn poll_slot(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<ConnSlot> {
+        self.poll_take_slot(cx).map(|()| self.taken_slot())
     }
 
     /// Waits for a request slot.
@@ -288,13 +332,16 @@ mod tests {
         (c.clone(), Waker::from(c))
     }
 
+    const PEER: SocketAddr =
+        SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 2181);
+
     fn next(o: &Outbox) -> Next {
         o.poll_next(&mut Context::from_waker(Waker::noop()))
     }
 
     #[test]
     fn a_queue_over_its_limit_cancels_the_connection() {
-        let o = Outbox::new(10, 1);
+        let o = Outbox::new(1, PEER, 10, 1);
         assert!(o.push(|b| b.put_slice(b"12345")));
         assert!(!o.push(|b| b.put_slice(b"1234567")));
         assert!(o.is_cancelled());
@@ -303,7 +350,7 @@ mod tests {
 
     #[test]
     fn the_writer_takes_everything_queued_and_the_outbox_keeps_no_memory() {
-        let o = Outbox::new(100, 1);
+        let o = Outbox::new(1, PEER, 100, 1);
         o.push(|b| b.put_slice(b"abc"));
         o.push(|b| b.put_slice(b"def"));
         let Next::Write(written) = next(&o) else {
@@ -314,13 +361,16 @@ mod tests {
         assert!(written.freeze().is_unique());
         assert_eq!(o.state.lock().unwrap().buf.capacity(), 0);
         o.push(|b| b.put_slice(b"g"));
-        assert!(matches!(next(&o), Next::Write(b) if &b[..] == b"g"), "in order");
+        assert!(
+            matches!(next(&o), Next::Write(b) if &b[..] == b"g"),
+            "in order"
+        );
         assert!(matches!(next(&o), Next::Wait));
     }
 
     #[test]
     fn a_waiting_writer_is_woken_by_a_push_a_close_and_a_cancel() {
-        let o = Outbox::new(100, 1);
+        let o = Outbox::new(1, PEER, 100, 1);
         let (count, waker) = counting();
         let mut cx = Context::from_waker(&waker);
         assert!(matches!(o.poll_next(&mut cx), Next::Wait));
@@ -334,17 +384,20 @@ mod tests {
         assert_eq!(count.0.load(Ordering::SeqCst), 2, "the close wakes it");
         assert!(matches!(o.poll_next(&mut cx), Next::Close));
 
-        let o = Outbox::new(100, 1);
+        let o = Outbox::new(1, PEER, 100, 1);
         assert!(matches!(o.poll_next(&mut cx), Next::Wait));
         o.close_now();
         assert_eq!(count.0.load(Ordering::SeqCst), 3, "the cancel wakes it");
         o.push(|b| b.put_slice(b"def"));
-        assert!(matches!(o.poll_next(&mut cx), Next::Close), "queued bytes are dropped");
+        assert!(
+            matches!(o.poll_next(&mut cx), Next::Close),
+            "queued bytes are dropped"
+        );
     }
 
     #[tokio::test]
     async fn a_cancel_ends_a_wait_even_one_that_begins_after_it() {
-        let o = Arc::new(Outbox::new(100, 1));
+        let o = Arc::new(Outbox::new(1, PEER, 100, 1));
         let waiter = {
             let o = o.clone();
             tokio::spawn(async move { o.cancelled().await })
@@ -361,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_connection_has_as_many_request_slots_as_its_limit() {
-        let o = Arc::new(Outbox::new(100, 2));
+        let o = Arc::new(Outbox::new(1, PEER, 100, 2));
         let a = o.try_slot().expect("first");
         let _b = o.try_slot().expect("second");
         assert!(o.try_slot().is_none(), "a third is over the limit");
@@ -374,7 +427,7 @@ mod tests {
 
     #[test]
     fn a_slot_given_back_wakes_the_task_that_waits_for_one() {
-        let o = Arc::new(Outbox::new(100, 1));
+        let o = Arc::new(Outbox::new(1, PEER, 100, 1));
         let (count, waker) = counting();
         let mut cx = Context::from_waker(&waker);
         let a = o.try_slot().expect("first");
@@ -395,7 +448,7 @@ mod tests {
 
     #[test]
     fn flush_then_close() {
-        let o = Outbox::new(100, 1);
+        let o = Outbox::new(1, PEER, 100, 1);
         o.push(|b| b.put_slice(b"abc"));
         o.close_after_flush();
         assert!(matches!(next(&o), Next::Write(b) if &b[..] == b"abc"));
