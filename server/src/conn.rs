@@ -597,4 +597,62 @@ mod tests {
         );
         assert!(bytes <= 160, "a connection's future is {bytes} bytes");
     }
+
+    /// A ConnectRequest frame (protocol 0, no session, 30 s, empty password).
+    fn connect_frame() -> Vec<u8> {
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&0i32.to_be_bytes());
+        payload.extend_from_slice(&0i64.to_be_bytes());
+        payload.extend_from_slice(&30_000i32.to_be_bytes());
+        payload.extend_from_slice(&0i64.to_be_bytes());
+        payload.extend_from_slice(&16i32.to_be_bytes());
+        payload.extend_from_slice(&[0; 16]);
+        let mut frame = (payload.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&payload);
+        frame
+    }
+
+    /// A ping frame: length 8, xid -2, opcode 11.
+    const PING: [u8; 12] = [0, 0, 0, 8, 0xff, 0xff, 0xff, 0xfe, 0, 0, 0, 11];
+
+    /// Whether the reader holds no allocation (an empty `BytesMut` made
+    /// with `new` points nowhere; one split off a read still points into it).
+    fn holds_nothing(r: &FrameReader) -> bool {
+        r.buf.is_empty() && r.buf.as_ptr() == BytesMut::new().as_ptr()
+    }
+
+    /// Issue 15: an idle connection holds no read buffer, and a partial
+    /// frame is kept until the rest arrives. Checked by hand: without the
+    /// reset after a decode that leaves nothing, the reader keeps pointing
+    /// into the last read's allocation and this fails.
+    #[tokio::test]
+    async fn the_reader_holds_no_buffer_between_requests() {
+        use tokio::io::AsyncWriteExt;
+        let (mut client, mut server) = tokio::io::duplex(4096);
+        let mut reader = FrameReader::new(ServerCodec::new());
+        let mut sent = connect_frame();
+        sent.extend_from_slice(&PING);
+        sent.extend_from_slice(&PING[..6]);
+        client.write_all(&sent).await.unwrap();
+        assert!(matches!(
+            reader.next(&mut server).await,
+            Some(Ok(Incoming::Connect(_)))
+        ));
+        assert!(matches!(
+            reader.next(&mut server).await,
+            Some(Ok(Incoming::Request(_)))
+        ));
+        assert_eq!(reader.buf.len(), 6, "half a ping waits for the rest");
+        client.write_all(&PING[6..]).await.unwrap();
+        assert!(matches!(
+            reader.next(&mut server).await,
+            Some(Ok(Incoming::Request(_)))
+        ));
+        assert!(holds_nothing(&reader), "every byte read is decoded");
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(reader.poll_next(&mut server, &mut cx).is_pending());
+        assert!(holds_nothing(&reader), "idle");
+        drop(client);
+        assert!(reader.next(&mut server).await.is_none(), "the end");
+    }
 }
