@@ -36,35 +36,38 @@ ens_prepare() {
   done
   for ((n = 1; n <= ENS_SIZE; n++)); do
     name=$(ens_member "$kind" "$n")
-    local m="$dir/m$n"
-    mkdir -p "$m/data" "$m/conf"
-    echo "$n" >"$m/data/myid"
-    {
-      echo "tickTime=2000"
-      echo "initLimit=10"
-      echo "syncLimit=5"
-      echo "dataDir=$m/data"
-      echo "clientPort=${ENS_CLIENT_PORT[$kind.$n]}"
-      echo "clientPortAddress=127.0.0.1"
-      echo "maxClientCnxns=0"
-      echo "4lw.commands.whitelist=*"
-      echo "admin.enableServer=false"
-      echo "snapCount=$SNAP_COUNT"
-      echo "forceSync=yes"
-      printf '%s' "$lines"
-    } >"$m/zoo.cfg"
-    if [ "$kind" = zookeeper ]; then
-      cat >"$m/conf/log4j.properties" <<'PROPS'
-log4j.rootLogger=INFO, CONSOLE
-log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
-log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
-log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n
-PROPS
-      ZK_HEAP_FOR[$name]=$ZK_HEAP ZK_XMS_FOR[$name]=$ZK_XMS
-    fi
-    SRV_KIND[$name]=$kind SRV_DIR[$name]=$m SRV_PORT[$name]=${ENS_CLIENT_PORT[$kind.$n]}
-    SRV_LOG[$name]=$m/server.log
+    ens_write_member "$kind" "$name" "$dir/m$n" "$n" "${ENS_CLIENT_PORT[$kind.$n]}" 127.0.0.1 "$lines"
   done
+}
+
+# ens_write_member KIND NAME DIR N CLIENT_PORT ADDR CFG_TAIL: one member's data dir,
+# myid and zoo.cfg (the settings every ensemble of the benchmarks shares, then
+# CFG_TAIL: its own keys and the server.N lines), ZooKeeper's log4j
+# configuration, and the member recorded under NAME (SRV_*).
+ens_write_member() {
+  local kind=$1 name=$2 m=$3 n=$4 client=$5 addr=$6 tail=$7
+  mkdir -p "$m/data" "$m/conf"
+  echo "$n" >"$m/data/myid"
+  {
+    echo "tickTime=2000"
+    echo "initLimit=10"
+    echo "syncLimit=5"
+    echo "dataDir=$m/data"
+    echo "clientPort=$client"
+    echo "clientPortAddress=$addr"
+    echo "maxClientCnxns=0"
+    echo "4lw.commands.whitelist=*"
+    echo "admin.enableServer=false"
+    echo "snapCount=$SNAP_COUNT"
+    echo "forceSync=yes"
+    printf '%s' "$tail"
+  } >"$m/zoo.cfg"
+  if [ "$kind" = zookeeper ]; then
+    write_log4j "$m"
+    ZK_HEAP_FOR[$name]=$ZK_HEAP ZK_XMS_FOR[$name]=$ZK_XMS
+  fi
+  SRV_KIND[$name]=$kind SRV_DIR[$name]=$m SRV_PORT[$name]=$client
+  SRV_ADDR[$name]=$addr SRV_LOG[$name]=$m/server.log
 }
 
 # ens_argv NAME: the member's argv, one word per line: `rzk zoo.cfg`, or ZooKeeper's

@@ -10,7 +10,6 @@ them) and mem/KIND.{idle,end}.jsonl (each member's role, VmRSS and VmHWM). Uses 
 standalone report's helpers (report.py, beside this file). Standard library only.
 """
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -174,15 +173,7 @@ def cmd_report(a):
         f"{m['nproc']} cores ({m['cpu']}), {m['mem']} RAM, {m['disk']}; load average "
         f"{m['load']} when the report was written.",
         "",
-        f"Command: `{a.command.strip()}` ({v['rzk']}; "
-        + ("binaries built by the script from this repository at "
-           if not a.bins_from_env else "binaries given by RZK_BIN and RZK_BENCH_BIN; repository at ")
-        + f"`{v['rev']}`).",
-        "",
-    ]
-    if a.note:
-        out += [f"Note: {a.note}", ""]
-    out += [
+    ] + report.command_lines(a, v) + [
         f"Apache ZooKeeper {v['zk']} (Debian package), QuorumPeerMain on {v['java']}, JVM flags "
         f"`{a.zk_jvm}` per member. Every member of both: tickTime=2000, initLimit=10, syncLimit=5, "
         f"forceSync=yes (fsync on), snapCount={a.snap_count}, maxClientCnxns=0, "
@@ -231,19 +222,8 @@ def cmd_write(a):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("report")
-    for k in ("work-dir", "command", "zk-jvm", "rzk-bin", "workloads", "inflights"):
-        s.add_argument("--" + k, required=True)
-    for k in ("warmup-seconds", "snap-count", "rounds", "seconds", "sessions", "value-bytes"):
-        s.add_argument("--" + k, type=int, required=True)
-    s.add_argument("--bins-from-env", action="store_true")
-    s.add_argument("--note", default="")
-    s = sub.add_parser("write")
-    s.add_argument("bench")
-    s.add_argument("section")
-    a = p.parse_args()
+    a = report.parse_args(("work-dir", "command", "zk-jvm", "rzk-bin", "workloads", "inflights"),
+                          ("warmup-seconds", "snap-count", "rounds", "seconds", "sessions", "value-bytes"))
     return {"report": cmd_report, "write": cmd_write}[a.cmd](a)
 
 

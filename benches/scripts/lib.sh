@@ -96,6 +96,17 @@ zk_jvm_flags() {
   printf '%s' "${xms}-Xmx$1 -XX:+UseG1GC -Dzookeeper.admin.enableServer=false"
 }
 
+# write_log4j DIR: ZooKeeper's log4j configuration in DIR/conf (everything at INFO
+# to the console, which the scripts redirect to the server's log file).
+write_log4j() {
+  cat >"$1/conf/log4j.properties" <<'PROPS'
+log4j.rootLogger=INFO, CONSOLE
+log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
+log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
+log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n
+PROPS
+}
+
 # prepare_zookeeper NAME DIR HEAP [XMS]: writes DIR/zoo.cfg and DIR/conf, records the server.
 prepare_zookeeper() {
   local name=$1 dir=$2 heap=$3 xms=${4:-0} port
@@ -112,12 +123,7 @@ admin.enableServer=false
 snapCount=$SNAP_COUNT
 forceSync=yes
 CFG
-  cat >"$dir/conf/log4j.properties" <<'PROPS'
-log4j.rootLogger=INFO, CONSOLE
-log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
-log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
-log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n
-PROPS
+  write_log4j "$dir"
   SRV_KIND[$name]=zookeeper SRV_DIR[$name]=$dir SRV_PORT[$name]=$port SRV_LOG[$name]=$dir/server.log
   ZK_HEAP_FOR[$name]=$heap ZK_XMS_FOR[$name]=$xms
 }

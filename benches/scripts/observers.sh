@@ -93,36 +93,9 @@ obs_prepare() {
   for ((n = 1; n <= size; n++)); do
     name=$(ens_member "$id" "$n")
     addr=$net.$n
-    local m="$dir/m$n"
-    mkdir -p "$m/data" "$m/conf"
-    echo "$n" >"$m/data/myid"
-    {
-      echo "tickTime=2000"
-      echo "initLimit=10"
-      echo "syncLimit=5"
-      echo "dataDir=$m/data"
-      echo "clientPort=${OBS_CLIENT_PORT[$id.$n]}"
-      echo "clientPortAddress=$addr"
-      echo "maxClientCnxns=0"
-      echo "4lw.commands.whitelist=*"
-      echo "admin.enableServer=false"
-      echo "snapCount=$SNAP_COUNT"
-      echo "forceSync=yes"
-      echo "observerMasterPort=${OBS_OM_PORT[$id]}"
-      [ "$n" -le $OBS_VOTERS ] || echo "peerType=observer"
-      printf '%s' "$lines"
-    } >"$m/zoo.cfg"
-    if [ "$kind" = zookeeper ]; then
-      cat >"$m/conf/log4j.properties" <<'PROPS'
-log4j.rootLogger=INFO, CONSOLE
-log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
-log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
-log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n
-PROPS
-      ZK_HEAP_FOR[$name]=$ZK_HEAP ZK_XMS_FOR[$name]=$ZK_XMS
-    fi
-    SRV_KIND[$name]=$kind SRV_DIR[$name]=$m SRV_PORT[$name]=${OBS_CLIENT_PORT[$id.$n]}
-    SRV_ADDR[$name]=$addr SRV_LOG[$name]=$m/server.log
+    local tail="observerMasterPort=${OBS_OM_PORT[$id]}"$'\n'
+    [ "$n" -le $OBS_VOTERS ] || tail+="peerType=observer"$'\n'
+    ens_write_member "$kind" "$name" "$dir/m$n" "$n" "${OBS_CLIENT_PORT[$id.$n]}" "$addr" "$tail$lines"
   done
 }
 

@@ -596,18 +596,24 @@ def goals_section(a, m, v):
     return out
 
 
+def command_lines(a, v):
+    """The run's command line, where its binaries came from, and its --note."""
+    return [
+        f"Command: `{a.command.strip()}` ({v['rzk']}; "
+        + ("binaries built by the script from this repository at "
+           if not a.bins_from_env else "binaries given by RZK_BIN and RZK_BENCH_BIN; repository at ")
+        + f"`{v['rev']}`).",
+        "",
+    ] + ([f"Note: {a.note}", ""] if a.note else [])
+
+
 def run_header(a, m, v):
     return [
         f"Run {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; machine: "
         f"{m['nproc']} cores ({m['cpu']}), {m['mem']} RAM, {m['disk']}; load average "
         f"{m['load']} when the report was written.",
         "",
-        f"Command: `{a.command.strip()}` ({v['rzk']}; "
-        + ("binaries built by the script from this repository at "
-           if not a.bins_from_env else "binaries given by RZK_BIN and RZK_BENCH_BIN; repository at ")
-        + f"`{v['rev']}`).",
-        "",
-    ] + ([f"Note: {a.note}", ""] if a.note else []) + [
+    ] + command_lines(a, v) + [
         f"Apache ZooKeeper {v['zk']} (Debian package), ZooKeeperServerMain on {v['java']}, JVM "
         f"flags `{a.zk_jvm}`. Both servers: tickTime=2000, forceSync=yes (fsync on), "
         f"snapCount={a.snap_count}, maxClientCnxns=0, globalOutstandingLimit 1000 (default of both), "
@@ -685,31 +691,44 @@ def cmd_write(a):
     return 0
 
 
-def main():
+def parse_args(report_str, report_int, extra=None):
+    """The command line every report script shares: `report` with the run's
+    settings (the names in REPORT_STR as strings, in REPORT_INT as integers,
+    all required, plus --bins-from-env and --note) and `write BENCH SECTION`;
+    EXTRA(subparsers), if given, adds a script's own subcommands first."""
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("line")
-    s.add_argument("file")
-    s = sub.add_parser("storm-line")
-    s.add_argument("file")
-    s = sub.add_parser("snapshot")
-    s.add_argument("--kind", choices=SERVERS, required=True)
-    s.add_argument("--log", required=True)
-    s.add_argument("--from-line", type=int, default=0)
-    s.add_argument("--min-nodes", type=int, default=0)
-    s.add_argument("--started", action="store_true", help="only: has a snapshot begun?")
+    if extra:
+        extra(sub)
     s = sub.add_parser("report")
-    for k in ("work-dir", "command", "zk-jvm", "zk-jvm-xms", "rzk-bin", "bench-bin", "workloads", "inflights"):
+    for k in report_str:
         s.add_argument("--" + k, required=True)
-    for k in ("warmup-seconds", "snap-count", "rounds", "seconds", "sessions", "value-bytes", "fp-znodes",
-              "fp-idle-sessions", "fp-restart-znodes", "storm-sessions", "storm-parallelism"):
+    for k in report_int:
         s.add_argument("--" + k, type=int, required=True)
     s.add_argument("--bins-from-env", action="store_true")
     s.add_argument("--note", default="")
     s = sub.add_parser("write")
     s.add_argument("bench")
     s.add_argument("section")
-    a = p.parse_args()
+    return p.parse_args()
+
+
+def main():
+    def extra(sub):
+        s = sub.add_parser("line")
+        s.add_argument("file")
+        s = sub.add_parser("storm-line")
+        s.add_argument("file")
+        s = sub.add_parser("snapshot")
+        s.add_argument("--kind", choices=SERVERS, required=True)
+        s.add_argument("--log", required=True)
+        s.add_argument("--from-line", type=int, default=0)
+        s.add_argument("--min-nodes", type=int, default=0)
+        s.add_argument("--started", action="store_true", help="only: has a snapshot begun?")
+
+    a = parse_args(("work-dir", "command", "zk-jvm", "zk-jvm-xms", "rzk-bin", "bench-bin", "workloads", "inflights"),
+                   ("warmup-seconds", "snap-count", "rounds", "seconds", "sessions", "value-bytes", "fp-znodes",
+                    "fp-idle-sessions", "fp-restart-znodes", "storm-sessions", "storm-parallelism"), extra)
     return {"line": cmd_line, "storm-line": cmd_storm_line, "snapshot": cmd_snapshot, "report": cmd_report,
             "write": cmd_write}[a.cmd](a)
 

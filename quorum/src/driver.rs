@@ -7,7 +7,7 @@
 //! transactions to the commit stream. Time is the driver's: one tick is one
 //! millisecond since start.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,7 +25,7 @@ use crate::core::{
     Tick,
 };
 use crate::message::{Message, SessionMsg};
-use crate::storage::{Storage, StorageError, StorageReader, WrittenSnapshot};
+use crate::storage::{DirectLog, Durable, Storage, StorageError, StorageReader, WrittenSnapshot};
 use crate::transport::{Inbound, Inbox, Transport};
 use crate::{
     CommitStream, Committed, PeerId, Proposal, QuorumStats, ReplicateError, Replicator, Role,
@@ -178,6 +178,7 @@ impl ZabReplicator {
             .map_err(|e| ReplicateError::Storage(e.to_string()))?;
         let voters = cfg.core.voters.len();
         let reader = storage.reader();
+        let direct = storage.direct_log();
         let metrics = Arc::new(Mutex::new(crate::replicator::MetricsAcc::default()));
         let (store_tx, done_tx, done_rx, storage_thread) = spawn_storage(storage, metrics.clone());
         let read_tx = spawn_reader(reader.clone(), done_tx);
@@ -201,6 +202,11 @@ impl ZabReplicator {
             clock,
             transport,
             store_tx,
+            direct,
+            appending: VecDeque::new(),
+            thread_last_op: None,
+            thread_snapshots: 0,
+            storage_done: OpId(0),
             read_tx,
             reader: reader.clone(),
             fatal: None,
@@ -492,6 +498,33 @@ fn spawn_reader(
     tx
 }
 
+/// Resolves once the oldest direct append is durable, with the op of the last
+/// one durable by then (the log makes records durable in order, and a batch
+/// of them at once), the txns they hold and when the oldest was issued.
+async fn next_durable(
+    appending: &mut VecDeque<DirectAppend>,
+) -> Result<(OpId, u64, Instant), StorageError> {
+    std::future::poll_fn(|cx| {
+        let mut done = None;
+        while let Some(front) = appending.front_mut() {
+            match front.durable.as_mut().poll(cx) {
+                std::task::Poll::Pending => break,
+                std::task::Poll::Ready(Err(e)) => return std::task::Poll::Ready(Err(e)),
+                std::task::Poll::Ready(Ok(())) => {
+                    let a = appending.pop_front().expect("front exists");
+                    let (txns, since) = done.map_or((0, a.issued), |(_, t, s)| (t, s));
+                    done = Some((a.op, txns + a.txns, since));
+                }
+            }
+        }
+        match done {
+            Some(d) => std::task::Poll::Ready(Ok(d)),
+            None => std::task::Poll::Pending,
+        }
+    })
+    .await
+}
+
 /// I7: a refused peer message is logged with the peer's id. A stale session
 /// (reported once per session) is routine after a change of leader.
 fn log_refused(peer: PeerId, msg: &'static str, reason: &Refusal) {
@@ -518,11 +551,33 @@ fn inbound(m: Inbound) -> Input {
     }
 }
 
+/// Appends made through the [`DirectLog`], not yet known durable.
+struct DirectAppend {
+    op: OpId,
+    txns: u64,
+    issued: Instant,
+    durable: Durable,
+}
+
 struct Driver<T: Transport> {
     peer: Peer,
     clock: Instant,
     transport: T,
     store_tx: std_mpsc::Sender<StoreReq>,
+    /// Appends from this task, when storage offers it: the log's group commit
+    /// gets each batch as the core writes it, with no storage-thread round trip.
+    direct: Option<Box<dyn DirectLog>>,
+    /// Direct appends in the order issued (so in the log's order).
+    appending: VecDeque<DirectAppend>,
+    /// The last command given to the storage thread and not yet reported
+    /// done. While it is set, appends go to the storage thread too, behind it:
+    /// the log sees every command in the core's order.
+    thread_last_op: Option<OpId>,
+    /// Snapshot commits given to the storage thread and not yet done.
+    thread_snapshots: usize,
+    /// The highest op reported to the core as done (reports arrive from the
+    /// storage thread and from direct appends; a lower one adds nothing).
+    storage_done: OpId,
     /// Reads for the core, to the reader thread.
     read_tx: std_mpsc::Sender<(ReadId, ReadCmd)>,
     /// Snapshots the state machine loads come from here.
@@ -591,12 +646,18 @@ impl<T: Transport> Driver<T> {
             tokio::select! {
                 biased;
                 d = done.recv() => match d {
-                    Some(Done::Ops(op)) => self.step(Input::StorageDone { op }),
+                    Some(Done::Ops(op)) => {
+                        self.thread_done(op);
+                        self.storage_done(op);
+                    }
                     Some(Done::Refused(op, why)) => {
                         tracing::warn!(?op, reason = %why, "storage refused a received snapshot");
+                        self.thread_done(op);
+                        self.storage_done = self.storage_done.max(op);
                         self.step(Input::StorageRefused { op });
                     }
                     Some(Done::SnapshotCommitted(zxid, snapshot, reply)) => {
+                        self.thread_snapshots -= 1;
                         self.shared.metrics.lock().expect("not poisoned").last_snapshot =
                             Some(crate::replicator::LastSnapshot {
                                 zxid,
@@ -622,6 +683,24 @@ impl<T: Transport> Driver<T> {
                         return;
                     }
                 },
+                d = next_durable(&mut self.appending), if !self.appending.is_empty() => {
+                    match d {
+                        Ok((op, txns, since)) => {
+                            let mut m = self.shared.metrics.lock().expect("not poisoned");
+                            m.fsync_time.add(since.elapsed().as_millis() as u64);
+                            m.group_commit_size.add(txns);
+                            drop(m);
+                            self.storage_done(op);
+                        }
+                        Err(e) => {
+                            if matches!(e, StorageError::Full(_)) {
+                                self.shared.disk_full.store(true, Ordering::Release);
+                            }
+                            self.fail_all(ReplicateError::Storage(e.to_string()));
+                            return;
+                        }
+                    }
+                }
                 m = inbox.recv() => {
                     let Some(m) = m else { return };
                     self.count_inbound(&m);
@@ -667,6 +746,7 @@ impl<T: Transport> Driver<T> {
                 }
                 Cmd::CommitSnapshot(written, reply) => {
                     self.flush_proposals(&mut batch);
+                    self.thread_snapshots += 1;
                     let _ = self.store_tx.send(StoreReq::CommitSnapshot(written, reply));
                 }
                 Cmd::Forward(payload) => {
@@ -823,9 +903,7 @@ impl<T: Transport> Driver<T> {
             self.count_output(&o);
             match o {
                 Output::Send { to, msg } => self.transport.send(to, msg),
-                Output::Storage { op, cmd } => {
-                    let _ = self.store_tx.send(StoreReq::Cmd(op, cmd));
-                }
+                Output::Storage { op, cmd } => self.store(op, cmd),
                 Output::ApplySnapshot { snapshot } => {
                     let zxid = snapshot.zxid;
                     match self.reader.snapshot_source(&snapshot) {
@@ -904,6 +982,55 @@ impl<T: Transport> Driver<T> {
                     });
                 }
             }
+        }
+    }
+
+    /// Gives a storage command to the log directly (an append while the
+    /// storage thread has nothing unfinished) or to the storage thread.
+    fn store(&mut self, op: OpId, cmd: StorageCmd) {
+        let thread_idle = self.thread_last_op.is_none() && self.thread_snapshots == 0;
+        let cmd = match (cmd, self.direct.as_ref()) {
+            (StorageCmd::Append(mut entries), Some(direct)) if thread_idle => {
+                let txns = entries.len() as u64;
+                match direct.append(&mut entries) {
+                    Ok(Some(durable)) => self.appending.push_back(DirectAppend {
+                        op,
+                        txns: txns - entries.len() as u64,
+                        issued: Instant::now(),
+                        durable,
+                    }),
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.fatal
+                            .get_or_insert(ReplicateError::Storage(e.to_string()));
+                        return;
+                    }
+                }
+                if entries.is_empty() {
+                    return;
+                }
+                // The log is full of bytes waiting for its disk: the rest waits
+                // for room on the storage thread.
+                StorageCmd::Append(entries)
+            }
+            (cmd, _) => cmd,
+        };
+        self.thread_last_op = Some(op);
+        let _ = self.store_tx.send(StoreReq::Cmd(op, cmd));
+    }
+
+    /// The storage thread finished every command up to `op`.
+    fn thread_done(&mut self, op: OpId) {
+        if self.thread_last_op.is_some_and(|last| last <= op) {
+            self.thread_last_op = None;
+        }
+    }
+
+    /// Every storage command up to `op` is done: the core hears it once.
+    fn storage_done(&mut self, op: OpId) {
+        if op > self.storage_done {
+            self.storage_done = op;
+            self.step(Input::StorageDone { op });
         }
     }
 

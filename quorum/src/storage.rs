@@ -72,6 +72,37 @@ pub trait Storage: Send + 'static {
     fn commit_snapshot(&mut self, written: WrittenSnapshot) -> Result<SnapshotRef, StorageError>;
     /// The read side, for other threads.
     fn reader(&self) -> Arc<dyn StorageReader>;
+    /// A way to append to the log from the driver's own task, without a round
+    /// trip through the storage thread ([`DirectLog`]). `None` (the default):
+    /// every command goes through [`Storage::execute`].
+    ///
+    /// # Correctness
+    /// The driver appends through it only while every command it gave the
+    /// storage thread is done (executed and synced), so the log sees appends
+    /// and other commands in the core's order. A storage that returns one must
+    /// therefore make [`Storage::execute`] of any command but `Append`, and
+    /// [`Storage::commit_snapshot`], wait until every append made through it
+    /// is durable first, as for its own appends.
+    fn direct_log(&self) -> Option<Box<dyn DirectLog>> {
+        None
+    }
+}
+
+/// Resolves once the entries a [`DirectLog::append`] took are durable.
+pub type Durable = Pin<Box<dyn Future<Output = Result<(), StorageError>> + Send>>;
+
+/// Appends issued from the driver's task (issue 11's standalone regression:
+/// a group commit through the storage thread cost two thread wake-ups more,
+/// and the storage thread, blocked on one batch, held the next batch back
+/// from the log's group commit, which then synced smaller batches).
+pub trait DirectLog: Send + 'static {
+    /// Appends the front of `entries` in order, as [`StorageCmd::Append`]
+    /// would, without waiting. Returns `None` when it took nothing, else a
+    /// future for the last entry it took (the log makes records durable in
+    /// order, so that one durable means every one before it is). Entries it
+    /// did not take (the log has too many bytes waiting for its disk) stay in
+    /// `entries`, for [`Storage::execute`], which waits for room.
+    fn append(&self, entries: &mut Vec<Entry>) -> Result<Option<Durable>, StorageError>;
 }
 
 /// Reads of durable storage and snapshot writers, from any thread.

@@ -220,6 +220,24 @@ mod tests {
         t
     }
 
+    /// A replicator of one voter on in-memory storage, once it leads (so a
+    /// snapshot written through it is known to it), with that storage.
+    async fn leading_replicator() -> (ZabReplicator, MemStorage) {
+        let (transport, inbox) = MemNetwork::new().join(PeerId(1));
+        let storage = MemStorage::new();
+        let cfg = DriverConfig::new(Config::new(PeerId(1), [PeerId(1)]));
+        let rep = ZabReplicator::start(cfg, storage.clone(), transport, inbox)
+            .await
+            .unwrap();
+        let mut commits = rep.take_commits().unwrap();
+        while let Some(c) = commits.next().await {
+            if matches!(c, Committed::Role { .. }) {
+                break;
+            }
+        }
+        (rep, storage)
+    }
+
     /// A snapshot streamed in many small chunks through a bounded queue is
     /// byte for byte the one-buffer snapshot, and loads back into the tree.
     #[tokio::test]
@@ -231,19 +249,7 @@ mod tests {
         assert!(whole.begin_snapshot(at, &[]));
         let (_, expected) = whole.snapshot_step(usize::MAX).expect("done in one step");
 
-        let (transport, inbox) = MemNetwork::new().join(PeerId(1));
-        let storage = MemStorage::new();
-        let cfg = DriverConfig::new(Config::new(PeerId(1), [PeerId(1)]));
-        let rep = ZabReplicator::start(cfg, storage.clone(), transport, inbox)
-            .await
-            .unwrap();
-        let mut commits = rep.take_commits().unwrap();
-        // Wait until the peer leads, so the snapshot is known to it.
-        while let Some(c) = commits.next().await {
-            if matches!(c, Committed::Role { .. }) {
-                break;
-            }
-        }
+        let (rep, storage) = leading_replicator().await;
         assert!(streamed.begin_snapshot(at, &[]));
         let (stream, saved) = SnapshotStream::start(rep.snapshot_writer(at));
         let mut out = Some(stream);
@@ -282,18 +288,7 @@ mod tests {
         let nodes = 2000;
         let at = Zxid::from_u64(nodes as u64);
         let mut tree = tree_of(nodes);
-        let (transport, inbox) = MemNetwork::new().join(PeerId(1));
-        let storage = MemStorage::new();
-        let cfg = DriverConfig::new(Config::new(PeerId(1), [PeerId(1)]));
-        let rep = ZabReplicator::start(cfg, storage.clone(), transport, inbox)
-            .await
-            .unwrap();
-        let mut commits = rep.take_commits().unwrap();
-        while let Some(c) = commits.next().await {
-            if matches!(c, Committed::Role { .. }) {
-                break;
-            }
-        }
+        let (rep, storage) = leading_replicator().await;
         assert!(tree.begin_snapshot(at, &[]));
         let (stream, saved) = SnapshotStream::start(rep.snapshot_writer(at));
         let mut out = Some(stream);

@@ -1504,14 +1504,9 @@ fn a_leader_counts_no_observer_ack_and_informs_it_of_commits_only() {
     assert_eq!(p.commit_known(), z(2, 1));
 }
 
-/// Issue 12: an observer that falls further behind than
-/// `observer_lag_entries_max` is dropped (it syncs again) instead of being
-/// fed without bound; the voters commit on.
-#[test]
-fn a_slow_observer_is_dropped_not_waited_for() {
-    let mut c = cfg(1).with_observers([PeerId(4)]);
-    c.observer_lag_entries_max = 2;
-    let mut p = established_leader_with(c);
+/// Observer 4, with an empty log, syncs with the established leader `p`
+/// (epoch 2) in session 40, messages 0 to 2, at ticks 8 to 10.
+fn sync_empty_observer_4(p: &mut Peer) {
     p.step(Tick(8), from(4, session(40, 0, observer_info())));
     let ack_epoch = SessionMsg::AckEpoch {
         current_epoch: Epoch(0),
@@ -1521,6 +1516,17 @@ fn a_slow_observer_is_dropped_not_waited_for() {
     p.step(Tick(9), from(4, session(40, 1, ack_epoch)));
     let ack = SessionMsg::AckNewLeader { epoch: Epoch(2) };
     p.step(Tick(10), from(4, session(40, 2, ack)));
+}
+
+/// Issue 12: an observer that falls further behind than
+/// `observer_lag_entries_max` is dropped (it syncs again) instead of being
+/// fed without bound; the voters commit on.
+#[test]
+fn a_slow_observer_is_dropped_not_waited_for() {
+    let mut c = cfg(1).with_observers([PeerId(4)]);
+    c.observer_lag_entries_max = 2;
+    let mut p = established_leader_with(c);
+    sync_empty_observer_4(&mut p);
     let mut informed = 0;
     let mut dropped = false;
     for k in 1..=4u32 {
@@ -1738,12 +1744,9 @@ fn a_voter_answers_an_observer_and_does_not_count_it() {
     assert_eq!(q.role(), Role::Looking);
 }
 
-/// Issue 12, observerMasterPort: once the driver attaches a relay the observer
-/// tells its leader (RELAYED), ignores the leader's INFORMs from then on, drops
-/// what it already has of a relayed batch (INFORMs in flight overlap it) and
-/// applies the rest in order.
-#[test]
-fn a_relayed_observer_tells_the_leader_and_applies_the_relay_in_order() {
+/// A synced observer that has applied z(1, 1) and z(1, 2) from its leader's
+/// INFORM (tick 6).
+fn observer_informed_of_1_1_and_1_2() -> (Peer, Stream) {
     let (mut p, mut s) = synced_observer();
     step_durable(
         &mut p,
@@ -1753,6 +1756,16 @@ fn a_relayed_observer_tells_the_leader_and_applies_the_relay_in_order() {
             entries: vec![entry(1, 1), entry(1, 2)],
         }),
     );
+    (p, s)
+}
+
+/// Issue 12, observerMasterPort: once the driver attaches a relay the observer
+/// tells its leader (RELAYED), ignores the leader's INFORMs from then on, drops
+/// what it already has of a relayed batch (INFORMs in flight overlap it) and
+/// applies the rest in order.
+#[test]
+fn a_relayed_observer_tells_the_leader_and_applies_the_relay_in_order() {
+    let (mut p, mut s) = observer_informed_of_1_1_and_1_2();
     let out = p.step(Tick(7), Input::RelayAttached);
     let relayed: Vec<_> = out
         .iter()
@@ -1800,15 +1813,7 @@ fn a_relayed_observer_resyncs_on_a_gap_or_when_the_relay_ends() {
         None,
     ];
     for case in cases {
-        let (mut p, mut s) = synced_observer();
-        step_durable(
-            &mut p,
-            6,
-            s.msg(SessionMsg::Inform {
-                prev: Zxid::ZERO,
-                entries: vec![entry(1, 1), entry(1, 2)],
-            }),
-        );
+        let (mut p, _) = observer_informed_of_1_1_and_1_2();
         p.step(Tick(7), Input::RelayAttached);
         let input = match case.clone() {
             Some((prev, e)) => Input::Relayed {
@@ -1839,15 +1844,7 @@ fn a_relayed_observer_resyncs_on_a_gap_or_when_the_relay_ends() {
 #[test]
 fn a_leader_stops_informing_a_relayed_observer() {
     let mut p = established_leader_with(cfg(1).with_observers([PeerId(4)]));
-    p.step(Tick(8), from(4, session(40, 0, observer_info())));
-    let ack_epoch = SessionMsg::AckEpoch {
-        current_epoch: Epoch(0),
-        last_zxid: Zxid::ZERO,
-        epoch_ends: vec![Zxid::ZERO],
-    };
-    p.step(Tick(9), from(4, session(40, 1, ack_epoch)));
-    let ack = SessionMsg::AckNewLeader { epoch: Epoch(2) };
-    p.step(Tick(10), from(4, session(40, 2, ack)));
+    sync_empty_observer_4(&mut p);
     let relayed = |p: &Peer| {
         p.learner_stats()
             .iter()
