@@ -368,6 +368,9 @@ pub(crate) struct Stats {
 /// The core task's state.
 pub(crate) struct Core {
     pub(crate) cfg: CoreConfig,
+    /// The tree loaded from the newest snapshot while the replicator opened,
+    /// for the first snapshot the core is told to load (crate::preload).
+    pub(crate) preloaded: Option<crate::preload::Preloaded>,
     pub(crate) replicator: Arc<dyn Replicator>,
     pub(crate) commits: CommitStream,
     pub(crate) tree: DataTree,
@@ -456,6 +459,7 @@ impl Core {
         let snapshot_after_txns = snapshot_trigger(cfg.server.snap_count);
         Ok(Core {
             cfg,
+            preloaded: None,
             replicator,
             commits,
             tree: DataTree::new(),

@@ -47,6 +47,7 @@ pub mod logging;
 mod metrics;
 pub mod outbox;
 pub mod path;
+mod preload;
 pub mod prep;
 mod read;
 pub mod read_ahead;

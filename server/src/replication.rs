@@ -20,9 +20,11 @@ use rzk_quorum::grpc::{GrpcConfig, GrpcTransport};
 use rzk_quorum::transport::MemNetwork;
 use rzk_quorum::wal_storage::WalStorage;
 use rzk_quorum::{DriverConfig, PeerId, ReplicateError, WalOptions, ZabReplicator};
+use rzk_wal::SnapshotPreload;
 use tokio::net::TcpListener;
 
 use crate::config::{PeerRole, ServerConfig};
+use crate::preload::Preloaded;
 
 /// Why the replicator could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -283,8 +285,31 @@ pub async fn open_replicator(
     membership: &Membership,
     quorum_listener: Option<TcpListener>,
 ) -> Result<Arc<ZabReplicator>, ReplicationError> {
+    open_with(config, membership, quorum_listener, None).await
+}
+
+/// [`open_replicator`], with the newest snapshot loaded into a tree while the
+/// log is recovered (crate::preload); the core takes the tree from the end
+/// returned.
+pub(crate) async fn open_replicator_preloading(
+    config: &ServerConfig,
+    membership: &Membership,
+    quorum_listener: Option<TcpListener>,
+) -> Result<(Arc<ZabReplicator>, Preloaded), ReplicationError> {
+    let (hook, preloaded) = crate::preload::preload();
+    let replicator = open_with(config, membership, quorum_listener, Some(hook)).await?;
+    Ok((replicator, preloaded))
+}
+
+async fn open_with(
+    config: &ServerConfig,
+    membership: &Membership,
+    quorum_listener: Option<TcpListener>,
+    preload: Option<SnapshotPreload>,
+) -> Result<Arc<ZabReplicator>, ReplicationError> {
     let data_dir = absolute(&config.data_dir);
-    let options = wal_options(config);
+    let mut options = wal_options(config);
+    options.preload = preload;
     let open_dir = data_dir.clone();
     let storage = tokio::task::spawn_blocking(move || WalStorage::open(&open_dir, options))
         .await

@@ -17,7 +17,8 @@ use crate::acl::AuthInfo;
 use crate::config::ServerConfig;
 use crate::conn::{self, ConnCtx};
 use crate::core::{Core, CoreConfig, CoreError, CoreMsg};
-use crate::replication::{open_replicator, Membership, ReplicationError};
+use crate::preload::Preloaded;
+use crate::replication::{open_replicator_preloading, Membership, ReplicationError};
 use crate::tls::{TlsAcceptor, TlsError};
 
 /// Why the server stopped or could not start.
@@ -100,9 +101,18 @@ pub async fn serve_member(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     let tls = tls_for(&config, &listeners)?;
-    let quorum = open_replicator(&config, membership, quorum_listener).await?;
+    let (quorum, preloaded) =
+        open_replicator_preloading(&config, membership, quorum_listener).await?;
     let replicator: Arc<dyn Replicator> = quorum.clone();
-    let result = run_inner(listeners, tls, config, replicator, shutdown).await;
+    let result = run_inner(
+        listeners,
+        tls,
+        config,
+        replicator,
+        Some(preloaded),
+        shutdown,
+    )
+    .await;
     quorum.shutdown().await;
     match result {
         Err(e) if quorum.stopped_for_full_disk() => Err(ServerError::DiskFull(Box::new(e))),
@@ -132,7 +142,7 @@ pub async fn run(
         plain: listeners,
         ..Listeners::default()
     };
-    run_inner(listeners, None, config, replicator, shutdown).await
+    run_inner(listeners, None, config, replicator, None, shutdown).await
 }
 
 /// [`run`] with plain and secure listeners.
@@ -143,7 +153,7 @@ pub async fn run_listeners(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     let tls = tls_for(&config, &listeners)?;
-    run_inner(listeners, tls, config, replicator, shutdown).await
+    run_inner(listeners, tls, config, replicator, None, shutdown).await
 }
 
 async fn run_inner(
@@ -151,16 +161,18 @@ async fn run_inner(
     tls: Option<Arc<TlsAcceptor>>,
     config: ServerConfig,
     replicator: Arc<dyn Replicator>,
+    preloaded: Option<Preloaded>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
     let server_id = replicator.id().0;
-    let core = Core::new(
+    let mut core = Core::new(
         CoreConfig {
             server: config.clone(),
             server_id,
         },
         replicator,
     )?;
+    core.preloaded = preloaded;
     let (core_tx, core_rx) = mpsc::channel(CORE_QUEUE_MAX);
     let mut core_task = tokio::spawn(core.run(core_rx));
     let ctx = Arc::new(ConnCtx {

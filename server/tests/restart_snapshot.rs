@@ -2,6 +2,9 @@
 //! does not begin a snapshot before it serves (the replay, and so the first
 //! answered read, is not slowed by serialising the tree beside it), and
 //! begins the snapshot that is due with the first write once it serves.
+//! The newest snapshot is loaded while the log is recovered, from the pass
+//! that checks its checksum; one whose checksum fails is never loaded: the
+//! member falls back to the snapshot before it and the log after that.
 mod common;
 
 use rzk_testkit::ports::{reserve, Port};
@@ -141,4 +144,92 @@ async fn log_replay_at_start_up_begins_no_snapshot_before_serving() {
     })
     .await;
     assert_eq!(c.list_children("/").await.unwrap().len(), 202);
+}
+
+/// Writes 300 nodes with snapCount=50 until at least two snapshots are
+/// saved, then kills the member; returns the newest snapshot file.
+async fn history_with_snapshots(dir: &Path) -> PathBuf {
+    let first = Rzk::spawn(dir, "first.log", 50);
+    first.wait_ready().await;
+    let c = connect(&first.addr()).await;
+    let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    for i in 0..300 {
+        c.create(&format!("/n{i}"), &[7u8; 64], &opts)
+            .await
+            .unwrap();
+    }
+    let log = first.log.clone();
+    eventually(Duration::from_secs(60), "two snapshots are saved", || {
+        let log = log.clone();
+        async move {
+            let text = String::from_utf8_lossy(&std::fs::read(&log).unwrap()).into_owned();
+            text.matches("rzk_server::core: snapshot saved").count() >= 2
+        }
+    })
+    .await;
+    drop(c);
+    first.kill();
+    let snap = dir.join("data/snap");
+    std::fs::read_dir(&snap)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?.to_owned();
+            let zxid = u64::from_str_radix(name.strip_prefix("snapshot.")?, 16).ok()?;
+            Some((zxid, p))
+        })
+        .max()
+        .expect("a snapshot file")
+        .1
+}
+
+/// Restarts on `dir` and waits until it serves; returns its log.
+async fn restart_and_count_nodes(dir: &Path) -> (String, usize) {
+    let second = Rzk::spawn(dir, "second.log", 1_000_000);
+    let path = second.log.clone();
+    eventually(
+        Duration::from_secs(60),
+        "the restarted member serves",
+        || {
+            let path = path.clone();
+            async move {
+                String::from_utf8_lossy(&std::fs::read(&path).unwrap()).contains("serving role=")
+            }
+        },
+    )
+    .await;
+    let c = connect(&second.addr()).await;
+    let nodes = c.list_children("/").await.unwrap().len();
+    (second.log_text(), nodes)
+}
+
+#[tokio::test]
+async fn the_newest_snapshot_is_loaded_while_the_log_is_recovered() {
+    let dir = tempfile::tempdir().unwrap();
+    history_with_snapshots(dir.path()).await;
+    let (log, nodes) = restart_and_count_nodes(dir.path()).await;
+    assert_eq!(nodes, 301, "300 and /zookeeper");
+    assert!(log.contains("preloaded=true"), "not preloaded:\n{log}");
+    assert!(!log.contains("skipping"), "{log}");
+}
+
+#[tokio::test]
+async fn a_corrupt_newest_snapshot_is_never_loaded_the_older_one_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let newest = history_with_snapshots(dir.path()).await;
+    // Rot one byte in the middle of the newest snapshot's state.
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x5a;
+    std::fs::write(&newest, &bytes).unwrap();
+    let (log, nodes) = restart_and_count_nodes(dir.path()).await;
+    assert_eq!(nodes, 301, "the older snapshot and the log after it");
+    assert!(
+        log.contains("skipping corrupt snapshot"),
+        "the damage went unnoticed:\n{log}"
+    );
+    assert!(
+        !log.contains("preloaded=true"),
+        "the preloaded tree of the corrupt snapshot was used:\n{log}"
+    );
 }

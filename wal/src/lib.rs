@@ -92,5 +92,6 @@ pub use crate::snapshot_stream::{
     WrittenSnapshot, SNAPSHOT_QUEUE_BYTES_MAX,
 };
 pub use crate::wal::{
-    FileRebuild, Rebuild, Recovery, Wal, WalOptions, SNAPSHOT_WRITE_BYTES_PER_SEC_MAX,
+    FileRebuild, PreloadFn, Rebuild, Recovery, SnapshotPreload, Wal, WalOptions,
+    SNAPSHOT_WRITE_BYTES_PER_SEC_MAX,
 };

@@ -22,7 +22,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -439,6 +439,12 @@ pub(crate) fn load_snapshot(dir: &Path, entry: &CatalogEntry) -> Result<LoadedSn
     })
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Whole-file verifications run on this thread (tests count them).
+    pub(crate) static VERIFY_PASSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// An open snapshot file of the catalog: its header, size and trailer were
 /// checked when it was opened, the checksum of its data is checked by
 /// [`SnapshotFile::verify`] and by every [`SnapshotFile::state_reader`].
@@ -524,6 +530,8 @@ impl SnapshotFile {
 
     /// Reads the whole file and checks its checksum.
     pub fn verify(&self) -> Result<()> {
+        #[cfg(test)]
+        VERIFY_PASSES.with(|n| n.set(n.get() + 1));
         let mut reader = self.state_reader();
         let mut buf = vec![0u8; READ_CHUNK_BYTES];
         loop {
@@ -563,6 +571,7 @@ impl SnapshotFile {
             offset: HEADER_BYTES as u64,
             crc: crc32c::crc32c(&header(self.zxid())),
             done: false,
+            verdict: Verdict::default(),
         }
     }
 }
@@ -587,12 +596,42 @@ pub struct StateReader {
     /// crc of the header and the state bytes read so far.
     crc: u32,
     done: bool,
+    /// What the check found, once every state byte was read; shared with
+    /// whoever started the reader (a preload, see `crate::wal`).
+    verdict: Verdict,
+}
+
+/// Whether a [`StateReader`] found its file's checksum right: unknown until
+/// the reader has read every state byte.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Verdict(Arc<OnceLock<bool>>);
+
+impl Verdict {
+    /// `Some(true)`: every state byte was read and the checksum matched.
+    pub(crate) fn get(&self) -> Option<bool> {
+        self.0.get().copied()
+    }
 }
 
 impl StateReader {
     /// State bytes not yet read.
     pub fn remaining_bytes(&self) -> u64 {
         self.end() - self.offset
+    }
+
+    /// The last transaction the snapshot includes.
+    pub fn zxid(&self) -> Zxid {
+        self.file.zxid()
+    }
+
+    /// The size of the state machine's bytes (all of them, read or not).
+    pub fn data_len(&self) -> u64 {
+        self.file.data_len()
+    }
+
+    /// The verdict of this reader's check, readable after it is moved away.
+    pub(crate) fn verdict(&self) -> Verdict {
+        self.verdict.clone()
     }
 
     fn end(&self) -> u64 {
@@ -603,6 +642,7 @@ impl StateReader {
     fn check(&mut self) -> io::Result<()> {
         self.done = true;
         let actual = close_crc(self.crc, self.file.data_len());
+        let _ = self.verdict.0.set(actual == self.file.crc());
         if actual == self.file.crc() {
             return Ok(());
         }

@@ -17,7 +17,7 @@ use crate::meta::{CatalogEntry, Meta, SyncMarker, SyncMode};
 use crate::reader::LogReader;
 use crate::snapshot::{
     load_snapshot, snapshot_path, unique_tmp_path, write_snapshot, LoadedSnapshot, SnapshotFile,
-    SnapshotInfo, StateFileWriter, TmpSnapshot,
+    SnapshotInfo, StateFileWriter, StateReader, TmpSnapshot,
 };
 use crate::snapshot_stream::{
     IncomingSnapshot, ReceivedSnapshot, SnapshotDir, SnapshotWriter, WrittenSnapshot,
@@ -42,6 +42,56 @@ pub struct WalOptions {
     /// Chunks a streaming snapshot writer holds in memory before `try_write`
     /// says the queue is full.
     pub snapshot_queue_bytes_max: usize,
+    /// A consumer of the newest catalogued snapshot's state, started on a
+    /// thread of its own as soon as [`Wal::open`] has read the catalog, so the
+    /// caller's load overlaps the log's recovery. See [`SnapshotPreload`].
+    pub preload: Option<SnapshotPreload>,
+}
+
+/// What a [`SnapshotPreload`] runs: it reads the state of the newest
+/// catalogued snapshot from the [`StateReader`] it is given (to the end, to
+/// be of use) and keeps what it makes of it.
+pub type PreloadFn = Box<dyn FnOnce(StateReader) + Send>;
+
+/// The newest catalogued snapshot, read by the caller while the log is
+/// recovered ([`WalOptions::preload`]).
+///
+/// `Wal::open` hands the function a checksumming [`StateReader`] of the
+/// newest catalogued snapshot on a thread of its own, before it recovers the
+/// log, and keeps what that reader found: [`Wal::rebuild_from_file`] then
+/// uses that verdict for that snapshot instead of reading the file a second
+/// time. The guarantee stays: a snapshot is chosen only once every byte of it
+/// matched its checksum (if the function stops early, the file is verified as
+/// usual), and one that fails is skipped for an older one as before. Whether
+/// the snapshot is chosen at all (the log may not connect to it) only
+/// `rebuild_from_file` says: the caller uses what it loaded only for the
+/// snapshot it is then told to load. Without a catalogued snapshot the
+/// function is dropped unused.
+#[derive(Clone)]
+pub struct SnapshotPreload(Arc<Mutex<Option<PreloadFn>>>);
+
+impl SnapshotPreload {
+    /// A preload that runs `f`.
+    pub fn new(f: impl FnOnce(StateReader) + Send + 'static) -> SnapshotPreload {
+        SnapshotPreload(Arc::new(Mutex::new(Some(Box::new(f)))))
+    }
+
+    fn take(&self) -> Option<PreloadFn> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+impl std::fmt::Debug for SnapshotPreload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SnapshotPreload")
+    }
+}
+
+/// A preload in progress: the catalog entry it reads, and its thread, which
+/// returns the file once its checksum is known to match.
+struct Preloaded {
+    entry: CatalogEntry,
+    thread: std::thread::JoinHandle<Result<SnapshotFile>>,
 }
 
 /// The default of [`WalOptions::snapshot_write_bytes_per_sec_max`].
@@ -55,6 +105,7 @@ impl Default for WalOptions {
             log_dir: None,
             snapshot_write_bytes_per_sec_max: SNAPSHOT_WRITE_BYTES_PER_SEC_MAX,
             snapshot_queue_bytes_max: SNAPSHOT_QUEUE_BYTES_MAX,
+            preload: None,
         }
     }
 }
@@ -127,6 +178,8 @@ pub struct Wal {
     streams: SnapshotDir,
     /// Serialises changes to the snapshot catalog and its files.
     snapshots: Mutex<()>,
+    /// The preload started by open, until the first rebuild takes it.
+    preloaded: Mutex<Option<Preloaded>>,
 }
 
 impl std::fmt::Debug for Wal {
@@ -175,6 +228,12 @@ impl Wal {
         let snap_dir = dir.join("snap");
         create_dir_durably(&snap_dir, &*syncer)?;
         let meta = Meta::open(dir.join("meta"))?;
+        // Before the log's recovery, which it overlaps.
+        let preloaded = options
+            .preload
+            .as_ref()
+            .and_then(SnapshotPreload::take)
+            .and_then(|f| start_preload(&meta, &snap_dir, f));
         let log_dir = options.log_dir.clone().unwrap_or_else(|| dir.join("log"));
         let (log, log_recovery) =
             Log::open_with(&log_dir, options.log.clone(), Arc::clone(&syncer))?;
@@ -202,6 +261,7 @@ impl Wal {
             snap_retain_count: options.snap_retain_count.max(1),
             streams,
             snapshots: Mutex::new(()),
+            preloaded: Mutex::new(preloaded),
         };
         let removed_files = wal.remove_uncommitted_snapshots()?;
         let recovery = Recovery {
@@ -293,8 +353,21 @@ impl Wal {
     /// As [`Wal::rebuild`], with the snapshot as an open file whose checksum was
     /// verified (one pass over it, without keeping it in memory); its
     /// [`SnapshotFile::state_reader`] streams the state and checks it again.
+    ///
+    /// The first call uses the verdict of the preload ([`WalOptions::preload`])
+    /// for the snapshot it read, waiting for it to finish, instead of a pass
+    /// of its own.
     pub fn rebuild_from_file(&self) -> Result<FileRebuild> {
+        let preloaded = self
+            .preloaded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let mut preloaded = preloaded.into_iter().collect::<Vec<_>>();
         let (snapshot, records, skipped) = self.rebuild_with(|entry| {
+            if let Some(verdict) = join_preload(&mut preloaded, entry) {
+                return verdict;
+            }
             let file = SnapshotFile::open(snapshot_path(&self.snap_dir, entry.zxid), entry)?;
             file.verify()?;
             Ok(file)
@@ -309,7 +382,7 @@ impl Wal {
     #[allow(clippy::type_complexity)]
     fn rebuild_with<T>(
         &self,
-        load: impl Fn(&CatalogEntry) -> Result<T>,
+        mut load: impl FnMut(&CatalogEntry) -> Result<T>,
     ) -> Result<(Option<T>, LogReader, Vec<(Zxid, WalError)>)> {
         let mut skipped = Vec::new();
         let start = self.log.start();
@@ -728,6 +801,46 @@ impl Wal {
     pub fn end_sync(&self, current_epoch: Option<Epoch>) -> Result<()> {
         self.meta.end_sync(current_epoch)
     }
+}
+
+/// Starts the preload `f` on the newest catalogued snapshot, if there is
+/// one. A catalog that cannot be read is left to the rebuild to report.
+fn start_preload(meta: &Meta, snap_dir: &Path, f: PreloadFn) -> Option<Preloaded> {
+    let entry = *meta.catalog().ok()?.last()?;
+    let path = snapshot_path(snap_dir, entry.zxid);
+    let thread = std::thread::Builder::new()
+        .name("rzk-snapshot-preload".to_owned())
+        .spawn(move || preload(path, &entry, f))
+        .map_err(|e| tracing::warn!(error = %e, "could not start the snapshot preload"))
+        .ok()?;
+    Some(Preloaded { entry, thread })
+}
+
+/// The preload thread: the file opened and checked as the catalog describes
+/// it, its state given to `f`, and the file returned only if every byte
+/// matched the checksum. If `f` did not read to the end, the file is
+/// verified here.
+fn preload(path: PathBuf, entry: &CatalogEntry, f: PreloadFn) -> Result<SnapshotFile> {
+    let file = SnapshotFile::open(path, entry)?;
+    let reader = file.state_reader();
+    let verdict = reader.verdict();
+    f(reader);
+    if verdict.get() != Some(true) {
+        // Not read to the end, or a mismatch: this pass reports it as a
+        // verification without a preload would.
+        file.verify()?;
+    }
+    Ok(file)
+}
+
+/// The outcome of the preload of `entry`, if one read it: waits for it. A
+/// preload that panicked gives none, and the file is verified as usual.
+fn join_preload(
+    preloaded: &mut Vec<Preloaded>,
+    entry: &CatalogEntry,
+) -> Option<Result<SnapshotFile>> {
+    let i = preloaded.iter().position(|p| p.entry == *entry)?;
+    preloaded.swap_remove(i).thread.join().ok()
 }
 
 #[cfg(test)]

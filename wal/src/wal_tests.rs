@@ -102,6 +102,128 @@ fn newest_valid_snapshot_is_loaded_and_a_corrupt_one_skipped() {
     assert_eq!(rebuilt(&wal), (Some(z(1, 5)), epoch1(6..=10)));
 }
 
+/// What a test preload read: the snapshot's zxid, its bytes, how it ended.
+type PreloadRead = (Zxid, Vec<u8>, std::io::Result<()>);
+
+/// Opens with a preload that reads `read_bytes_max` bytes of the newest
+/// snapshot's state (all with `usize::MAX`); returns what it read.
+fn open_preloading(
+    dir: &Path,
+    read_bytes_max: usize,
+) -> (Wal, std::sync::mpsc::Receiver<PreloadRead>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let preload = SnapshotPreload::new(move |reader: StateReader| {
+        let zxid = reader.zxid();
+        let mut data = Vec::new();
+        let read = reader
+            .take(read_bytes_max as u64)
+            .read_to_end(&mut data)
+            .map(|_| ());
+        tx.send((zxid, data, read)).unwrap();
+    });
+    let (wal, _) = Wal::open(
+        dir,
+        WalOptions {
+            preload: Some(preload),
+            ..options()
+        },
+    )
+    .expect("open");
+    (wal, rx)
+}
+
+fn verify_passes() -> usize {
+    crate::snapshot::VERIFY_PASSES.with(|n| n.get())
+}
+
+#[test]
+fn a_preloaded_snapshot_is_verified_once_by_its_preload() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = open(dir.path());
+    append_epoch1(&wal, 1..=10);
+    save(&wal, z(1, 5));
+    save(&wal, z(1, 8));
+    drop(wal);
+    let (wal, preloaded) = open_preloading(dir.path(), usize::MAX);
+    let before = verify_passes();
+    let r = wal.rebuild_from_file().unwrap();
+    assert_eq!(verify_passes(), before, "the rebuild read the file again");
+    assert_eq!(r.snapshot.as_ref().map(SnapshotFile::zxid), Some(z(1, 8)));
+    assert!(r.skipped.is_empty());
+    let (zxid, data, read) = preloaded.recv().unwrap();
+    assert_eq!((zxid, data), (z(1, 8), state(z(1, 8))));
+    read.unwrap();
+    // Only the first rebuild uses the preload.
+    let before = verify_passes();
+    wal.rebuild_from_file().unwrap();
+    assert_eq!(verify_passes(), before + 1);
+}
+
+#[test]
+fn a_corrupt_newest_snapshot_is_skipped_though_a_preload_read_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = open(dir.path());
+    append_epoch1(&wal, 1..=10);
+    save(&wal, z(1, 5));
+    let newest = save(&wal, z(1, 8));
+    drop(wal);
+    // Rot one byte of the newest snapshot's state.
+    let f = OpenOptions::new().write(true).open(&newest.path).unwrap();
+    f.write_all_at(b"X", 30).unwrap();
+    drop(f);
+    let (wal, preloaded) = open_preloading(dir.path(), usize::MAX);
+    let r = wal.rebuild_from_file().unwrap();
+    assert_eq!(r.snapshot.as_ref().map(SnapshotFile::zxid), Some(z(1, 5)));
+    assert_eq!(r.skipped.len(), 1, "{:?}", r.skipped);
+    assert_eq!(r.skipped[0].0, z(1, 8));
+    assert!(
+        matches!(r.skipped[0].1, WalError::CorruptFile { .. }),
+        "{}",
+        r.skipped[0].1
+    );
+    let records: Vec<Zxid> = r.records.map(|rec| rec.unwrap().zxid).collect();
+    assert_eq!(records, epoch1(6..=10));
+    // The preload's reader refused the last bytes.
+    let (zxid, _, read) = preloaded.recv().unwrap();
+    assert_eq!(zxid, z(1, 8));
+    let err = read.unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+}
+
+#[test]
+fn a_preload_that_stops_early_leaves_the_verification_to_the_wal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = open(dir.path());
+    append_epoch1(&wal, 1..=10);
+    save(&wal, z(1, 5));
+    let newest = save(&wal, z(1, 8));
+    drop(wal);
+    let f = OpenOptions::new().write(true).open(&newest.path).unwrap();
+    f.write_all_at(b"X", 30).unwrap();
+    drop(f);
+    // Reads 3 bytes (before the rotten one): no verdict, so the wal reads the
+    // whole file itself and finds the damage.
+    let (wal, preloaded) = open_preloading(dir.path(), 3);
+    let r = wal.rebuild_from_file().unwrap();
+    assert_eq!(r.snapshot.as_ref().map(SnapshotFile::zxid), Some(z(1, 5)));
+    assert_eq!(r.skipped.len(), 1);
+    let (_, data, read) = preloaded.recv().unwrap();
+    read.unwrap();
+    assert_eq!(data.len(), 3);
+}
+
+#[test]
+fn without_a_snapshot_the_preload_is_dropped_unused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wal, _) = open(dir.path());
+    append_epoch1(&wal, 1..=3);
+    drop(wal);
+    let (wal, preloaded) = open_preloading(dir.path(), usize::MAX);
+    assert!(preloaded.recv().is_err(), "the function was dropped");
+    let r = wal.rebuild_from_file().unwrap();
+    assert!(r.snapshot.is_none());
+}
+
 #[test]
 fn a_snapshot_never_claims_history_the_log_does_not_hold() {
     let dir = tempfile::tempdir().unwrap();
