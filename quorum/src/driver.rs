@@ -868,6 +868,7 @@ impl<T: Transport> Driver<T> {
             pending_syncs: p.pending_syncs(),
             syncs: p.sync_counts(),
             elections: p.elections(),
+            window: p.window_counts(),
             voters: p.voter_count(),
             observer_master: self.follow.as_ref().and_then(|f| f.following),
             relayed_observers: Vec::new(),
@@ -1001,6 +1002,11 @@ impl<T: Transport> Driver<T> {
                     }),
                     Ok(None) => {}
                     Err(e) => {
+                        // As from the storage thread: a full disk lets the
+                        // member start again once there is space.
+                        if matches!(e, StorageError::Full(_)) {
+                            self.shared.disk_full.store(true, Ordering::Release);
+                        }
                         self.fatal
                             .get_or_insert(ReplicateError::Storage(e.to_string()));
                         return;

@@ -355,6 +355,9 @@ pub struct QuorumStats {
     pub syncs: [u64; 3],
     /// Elections this peer has started since it began.
     pub elections: u64,
+    /// The bounded in-memory log window: entries it dropped, and DIFFs served
+    /// from the durable log because the learner was behind it.
+    pub window: crate::core::WindowCounts,
     /// Voting members of the ensemble (this peer included).
     pub voters: usize,
     /// On an observer: the voter whose observer master (`observerMasterPort`)
@@ -526,6 +529,7 @@ impl QuorumStats {
             pending_syncs: 0,
             syncs: [0; 3],
             elections: 0,
+            window: crate::core::WindowCounts::default(),
             voters,
             observer_master: None,
             relayed_observers: Vec::new(),

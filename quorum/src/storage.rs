@@ -358,6 +358,25 @@ impl MemReader {
     }
 }
 
+/// The first entries of `entries`, at most `entries_max` and about
+/// `bytes_max` payload bytes (at least one): the bound of a [`ReadCmd::Log`].
+pub(crate) fn take_bounded(
+    entries: impl Iterator<Item = Entry>,
+    entries_max: usize,
+    bytes_max: usize,
+) -> Vec<Entry> {
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    for e in entries {
+        if out.len() >= entries_max || (!out.is_empty() && bytes + e.payload.len() > bytes_max) {
+            break;
+        }
+        bytes += e.payload.len();
+        out.push(e);
+    }
+    out
+}
+
 impl StorageReader for MemReader {
     fn snapshot_source(&self, snapshot: &SnapshotRef) -> Result<SnapshotSource, StorageError> {
         Ok(SnapshotSource::from_bytes(
@@ -377,6 +396,19 @@ impl StorageReader for MemReader {
                 let start = (*offset as usize).min(data.len());
                 let end = start.saturating_add(*len).min(data.len());
                 Ok(ReadData::SnapshotChunk(data.slice(start..end)))
+            }
+            ReadCmd::Log {
+                after,
+                entries_max,
+                bytes_max,
+            } => {
+                let s = self.state.lock().expect("not poisoned");
+                let from = s.log.partition_point(|e| e.zxid <= *after);
+                Ok(ReadData::Log(take_bounded(
+                    s.log[from..].iter().cloned(),
+                    *entries_max,
+                    *bytes_max,
+                )))
             }
         }
     }

@@ -442,6 +442,26 @@ impl StorageReader for WalReader {
                     .map_err(err)?;
                 Ok(ReadData::SnapshotChunk(data))
             }
+            ReadCmd::Log {
+                after,
+                entries_max,
+                bytes_max,
+            } => {
+                // A streaming reader: only this read's entries are in memory.
+                let (mut records, mut bytes) = (Vec::new(), 0usize);
+                for r in self.wal.read_from(*after).map_err(err)? {
+                    let r = r.map_err(err)?;
+                    bytes += r.payload.len();
+                    records.push(Entry {
+                        zxid: r.zxid,
+                        payload: r.payload,
+                    });
+                    if records.len() >= *entries_max || bytes >= *bytes_max {
+                        break;
+                    }
+                }
+                Ok(ReadData::Log(records))
+            }
         }
     }
 

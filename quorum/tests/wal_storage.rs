@@ -29,8 +29,27 @@ async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 
 async fn start_all(net: &MemNetwork, dirs: &[tempfile::TempDir], boot: u64) -> Vec<Running> {
     let mut out = Vec::new();
-    for (i, id) in IDS.iter().enumerate() {
+    for i in 0..IDS.len() {
+        out.push(start_one(net, dirs, i, boot, None).await);
+    }
+    out
+}
+
+/// Starts peer `i` on its directory; `window` bounds its in-memory log.
+async fn start_one(
+    net: &MemNetwork,
+    dirs: &[tempfile::TempDir],
+    i: usize,
+    boot: u64,
+    window: Option<usize>,
+) -> Running {
+    let id = &IDS[i];
+    {
         let mut c = Config::new(*id, IDS);
+        if let Some(w) = window {
+            c.log_window_entries_max = w;
+            c.batch_entries_max = 3;
+        }
         c.finalize_wait = 20;
         c.notification_interval_min = 20;
         c.ping_interval = 20;
@@ -72,9 +91,8 @@ async fn start_all(net: &MemNetwork, dirs: &[tempfile::TempDir], boot: u64) -> V
                 }
             }
         });
-        out.push((rep, seen));
+        (rep, seen)
     }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,5 +139,64 @@ async fn commits_survive_a_restart_of_every_peer() {
         for a in &acked {
             assert!(seen.contains(a), "acknowledged {a} survived the restart");
         }
+    }
+}
+
+/// Issue 11: a leader whose in-memory window holds 4 entries serves a learner
+/// that is 60 entries behind from its durable log (`rzk-wal`'s reader, in
+/// reads of at most 3 entries), and the learner ends with every entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learner_behind_the_window_catches_up_from_the_leaders_log() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let net = MemNetwork::new();
+    let mut peers = Vec::new();
+    for i in 0..3 {
+        peers.push(start_one(&net, &dirs, i, 1, Some(4)).await);
+    }
+    let leader = |ps: &[Running]| ps.iter().position(|(r, _)| r.role() == Role::Leader);
+    wait_for("a leader", || leader(&peers).is_some()).await;
+    let l = leader(&peers).unwrap();
+    let first = peers[l]
+        .0
+        .propose(Bytes::from_static(b"first"))
+        .await
+        .unwrap();
+    wait_for("all have the first txn", || {
+        peers
+            .iter()
+            .all(|(_, s)| s.lock().unwrap().contains(&first))
+    })
+    .await;
+    // A follower stops; the other two go on for 60 txns.
+    let f = (0..3).find(|i| *i != l).unwrap();
+    peers[f].0.abort();
+    let futs: Vec<_> = (0..60)
+        .map(|i| peers[l].0.propose(Bytes::from(format!("x{i}"))))
+        .collect();
+    let mut acked = Vec::new();
+    for fut in futs {
+        acked.push(fut.await.expect("committed by the other two"));
+    }
+    let last = *acked.last().unwrap();
+    // Its log is released once the replicator is dropped.
+    drop(peers.remove(f));
+    peers.insert(f, start_one(&net, &dirs, f, 2, Some(4)).await);
+    wait_for("the restarted follower catches up", || {
+        peers[f].1.lock().unwrap().last() == Some(&last)
+    })
+    .await;
+    let seen = peers[f].1.lock().unwrap().clone();
+    for a in &acked {
+        assert!(seen.contains(a), "{a} reached the restarted follower");
+    }
+    let stats = peers[l].0.stats();
+    assert!(
+        stats.window.diffs_from_disk >= 1 && stats.window.log_reads >= 10,
+        "the DIFF was read from the leader's log: {:?}",
+        stats.window
+    );
+    assert_eq!(stats.syncs, [0, 0, 0], "the leader itself never synced");
+    for (r, _) in &peers {
+        r.abort();
     }
 }

@@ -160,6 +160,11 @@ pub struct Report {
     pub informs: u64,
     /// Times an observer member became `Role::Observer` (a completed sync).
     pub member_syncs: u64,
+    /// Reads of the durable log for a DIFF below a leader's in-memory window
+    /// (`ReadCmd::Log`), and the entries they returned.
+    pub log_reads: u64,
+    /// Entries those reads returned.
+    pub log_read_entries: u64,
 }
 
 /// A failing run: the seed, the property, and the last events.
@@ -284,6 +289,9 @@ struct World {
     /// This seed's `observer_lag_entries_max` (sometimes small, so slow
     /// observers are dropped and resync).
     observer_lag: usize,
+    /// This seed's in-memory log window (entries, payload bytes): small, so
+    /// entries leave memory and DIFFs are read from the durable log.
+    window: (usize, u64),
 }
 
 const TICK_MS: u64 = 10;
@@ -437,7 +445,9 @@ impl World {
             .collect();
         let snap_chunk = rng.random_range(16..512);
         let snap_window = (snap_chunk * rng.random_range(1..5)) as u64;
+        let window = (rng.random_range(2..48), rng.random_range(64..2048));
         World {
+            window,
             snap_chunk,
             snap_window,
             relays: relays::Relays::new(seed, total, opts.observers, opts.bug_5088),
@@ -536,6 +546,7 @@ impl World {
         cfg.log_retained_below_snapshot_max = 8;
         cfg.snap_chunk_bytes_max = self.snap_chunk;
         cfg.snap_in_flight_bytes_max = self.snap_window;
+        (cfg.log_window_entries_max, cfg.log_window_bytes_max) = self.window;
         cfg.incarnation = self.nodes[i].incarnation;
         cfg.test_bugs = self.opts.bugs;
         cfg
@@ -1046,18 +1057,24 @@ impl World {
             }
             Output::Apply(entries) => self.apply(i, entries),
             Output::Read { id, cmd } => {
-                let ReadCmd::SnapshotChunk {
-                    snapshot,
-                    offset,
-                    len,
-                } = cmd;
-                let result = match self.nodes[i].disk.snapshot_bytes(&snapshot) {
-                    Some(b) => {
-                        let start = (offset as usize).min(b.len());
-                        let end = (start + len).min(b.len());
-                        Ok(ReadData::SnapshotChunk(b.slice(start..end)))
-                    }
-                    None => Err(format!("snapshot {} is gone", snapshot.zxid)),
+                let result = match cmd {
+                    ReadCmd::SnapshotChunk {
+                        snapshot,
+                        offset,
+                        len,
+                    } => match self.nodes[i].disk.snapshot_bytes(&snapshot) {
+                        Some(b) => {
+                            let start = (offset as usize).min(b.len());
+                            let end = (start + len).min(b.len());
+                            Ok(ReadData::SnapshotChunk(b.slice(start..end)))
+                        }
+                        None => Err(format!("snapshot {} is gone", snapshot.zxid)),
+                    },
+                    ReadCmd::Log {
+                        after,
+                        entries_max,
+                        bytes_max,
+                    } => self.read_log(i, after, entries_max, bytes_max),
                 };
                 let at = self.now + self.rng.random_range(0..4);
                 let incarnation = self.nodes[i].incarnation;
@@ -1571,6 +1588,37 @@ impl World {
         let before = self.checker.acked_max;
         self.nodes[i].syncs.insert(rid, before);
         self.step(i, Input::Sync { id: rid })
+    }
+
+    /// A `ReadCmd::Log`: the durable entries after `after`, bounded like the
+    /// driver's. A zxid the disk no longer holds (purged by a snapshot) is an
+    /// error, as in `rzk-wal`.
+    fn read_log(
+        &mut self,
+        i: usize,
+        after: Zxid,
+        entries_max: usize,
+        bytes_max: usize,
+    ) -> Result<ReadData, String> {
+        let disk = &self.nodes[i].disk;
+        if after < disk.base() {
+            return Err(format!(
+                "{after} is purged (the log starts at {})",
+                disk.base()
+            ));
+        }
+        let from = disk.log.partition_point(|e| e.zxid <= after);
+        let (mut out, mut bytes) = (Vec::new(), 0usize);
+        for e in &disk.log[from..] {
+            if out.len() >= entries_max || (!out.is_empty() && bytes >= bytes_max) {
+                break;
+            }
+            bytes += e.payload.len();
+            out.push(e.clone());
+        }
+        self.report.log_reads += 1;
+        self.report.log_read_entries += out.len() as u64;
+        Ok(ReadData::Log(out))
     }
 
     fn snapshot(&mut self) -> Result<(), Violation> {

@@ -73,6 +73,7 @@ fn main() {
     let mut failed = 0u64;
     let mut sim_ms = 0u64;
     let mut acked = 0usize;
+    let (mut syncs, mut log_reads, mut log_read_entries) = ([0u64; 3], 0u64, 0u64);
     for seed in start..start + count {
         opts.nodes = nodes.unwrap_or(if seed % 2 == 0 { 3 } else { 5 }) as usize;
         match run(seed, &opts) {
@@ -80,6 +81,11 @@ fn main() {
                 passed += 1;
                 sim_ms += r.sim_ms;
                 acked += r.acked;
+                for (k, n) in r.syncs.iter().enumerate() {
+                    syncs[k] += n;
+                }
+                log_reads += r.log_reads;
+                log_read_entries += r.log_read_entries;
                 if one.is_some() {
                     println!("{r:?}");
                 }
@@ -104,6 +110,10 @@ fn main() {
         },
         sim_ms as f64 / 3_600_000.0,
         acked
+    );
+    println!(
+        "syncs: {} DIFF, {} TRUNC, {} SNAP; DIFF below the log window: {log_reads} reads of the durable log, {log_read_entries} entries",
+        syncs[0], syncs[1], syncs[2]
     );
     if failed > 0 {
         std::process::exit(1);

@@ -7,7 +7,9 @@ use rzk_zxid::{Epoch, Next, Zxid};
 
 use bytes::Bytes;
 
-use super::{Output, Peer, ReadCmd, ReadData, Refusal, SnapRead, SnapshotRef, State, Tick};
+use super::{
+    Output, Peer, ReadCmd, ReadData, ReadFor, Refusal, SnapRead, SnapshotRef, State, Tick,
+};
 use crate::message::{Entry, LearnerKind, Message, RejectReason, SessionId, SessionMsg, Vote};
 use crate::{PeerId, ReplicateError, Role};
 
@@ -35,6 +37,9 @@ enum HPhase {
     /// SNAP: the snapshot file is being streamed; the rest of the sync follows
     /// its last chunk.
     SnapSending,
+    /// DIFF below the in-memory window: entries are being read from the
+    /// durable log and sent; the rest of the sync follows the last of them.
+    DiffReading,
     /// Sync data and NEWLEADER sent; live proposals are forwarded from here on.
     Synced,
     NewLeaderAcked,
@@ -59,6 +64,8 @@ struct Handle {
     pong: u64,
     /// The SNAP transfer to this learner, while in [`HPhase::SnapSending`].
     snap: Option<SnapSend>,
+    /// In [`HPhase::DiffReading`]: the last entry sent so far.
+    diff_sent: Zxid,
     /// A non-voting observer: it gets the sync, then committed transactions
     /// only (INFORM), and counts in no quorum.
     observer: bool,
@@ -391,6 +398,7 @@ impl Peer {
                 last_heard: now,
                 pong: 0,
                 snap: None,
+                diff_sent: Zxid::ZERO,
                 observer: kind == LearnerKind::Observer,
                 synced_from: Zxid::ZERO,
                 relayed: false,
@@ -584,16 +592,6 @@ impl Peer {
         self.leader_check_newleader_quorum();
     }
 
-    /// The last zxid of `epoch` in the leader's log window, if the window shows
-    /// it (the window base counts).
-    fn window_epoch_end(&self, epoch: Epoch) -> Option<Zxid> {
-        let idx = self.log.partition_point(|e| e.zxid.epoch() <= epoch);
-        if idx > 0 && self.log[idx - 1].zxid.epoch() == epoch {
-            return Some(self.log[idx - 1].zxid);
-        }
-        (self.log_base.epoch() == epoch && idx == 0).then_some(self.log_base)
-    }
-
     /// Chooses DIFF, TRUNC (+DIFF) or SNAP for a learner whose last durable zxid
     /// is `peer_last` and whose log's epochs end at `epoch_ends`, and the zxid
     /// after which proposals must be sent.
@@ -608,20 +606,20 @@ impl Peer {
     /// snapshot (newer than that point) loses nothing committed.
     fn sync_plan(&self, peer_last: Zxid, epoch_ends: &[Zxid]) -> (SessionMsg, Zxid) {
         let last = self.written_last();
-        let in_window =
-            |z: Zxid| z == self.log_base || self.log.binary_search_by(|e| e.zxid.cmp(&z)).is_ok();
-        if peer_last == last || in_window(peer_last) {
+        // The window here is the whole available log: in memory, and below it
+        // the durable log, which a DIFF reads (`leader_sync_from`).
+        if peer_last == last || self.log_has(peer_last) {
             return (SessionMsg::Diff { leader_last: last }, peer_last);
         }
         for end in epoch_ends {
-            if *end < self.log_base {
+            if *end < self.log_start {
                 break;
             }
-            let Some(lend) = self.window_epoch_end(end.epoch()) else {
+            let Some(lend) = self.log_epoch_end(end.epoch()) else {
                 continue;
             };
             let q = (*end).min(lend);
-            if q >= self.log_base && in_window(q) {
+            if q >= self.log_start && self.log_has(q) {
                 return (SessionMsg::Trunc { to: q }, q);
             }
         }
@@ -658,7 +656,7 @@ impl Peer {
         let streams = matches!(mode, SessionMsg::Snap { .. }) && snapshot.size_bytes > 0;
         self.send_learner(id, mode);
         if !streams {
-            self.leader_sync_tail(id, after);
+            self.leader_sync_from(id, after);
             return;
         }
         if let Some(h) = self.ld().learners.get_mut(&id) {
@@ -706,7 +704,7 @@ impl Peer {
                 session,
                 offset,
             };
-            self.issue_read(read, cmd);
+            self.issue_read(ReadFor::Snap(read), cmd);
         }
     }
 
@@ -728,7 +726,7 @@ impl Peer {
             Ok(ReadData::SnapshotChunk(data)) if !data.is_empty() => data,
             // Our own snapshot cannot be read (the driver logs why): this
             // learner starts over, by then perhaps from a newer snapshot.
-            Ok(ReadData::SnapshotChunk(_)) | Err(_) => {
+            Ok(ReadData::SnapshotChunk(_) | ReadData::Log(_)) | Err(_) => {
                 self.drop_learner(id, RejectReason::Protocol);
                 return;
             }
@@ -752,13 +750,109 @@ impl Peer {
         if let Some(h) = self.ld().learners.get_mut(&id) {
             h.snap = None;
         }
-        if after < self.log_base {
-            // A newer snapshot trimmed the entries after this one from memory
-            // during the transfer; the learner starts over from the newer one.
+        if after < self.log_start {
+            // A newer snapshot trimmed the entries after this one during the
+            // transfer; the learner starts over from the newer one.
             self.drop_learner(id, RejectReason::Protocol);
             return;
         }
-        self.leader_sync_tail(id, after);
+        self.leader_sync_from(id, after);
+    }
+
+    /// Sends a learner the entries after `after`: those the window dropped
+    /// from memory are read from the durable log first, one bounded read at a
+    /// time (`leader_on_diff_read`), then the rest in one step
+    /// (`leader_sync_tail`). Until then the learner is in
+    /// [`HPhase::DiffReading`] and gets no live proposals: the tail that ends
+    /// the sync carries them, as after a SNAP.
+    fn leader_sync_from(&mut self, id: PeerId, after: Zxid) {
+        if after >= self.log_base {
+            self.leader_sync_tail(id, after);
+            return;
+        }
+        let Some(h) = self.ld().learners.get_mut(&id) else {
+            return;
+        };
+        h.phase = HPhase::DiffReading;
+        h.diff_sent = after;
+        self.window_counts.diffs_from_disk += 1;
+        self.leader_diff_read_next(id);
+    }
+
+    fn leader_diff_read_next(&mut self, id: PeerId) {
+        let Some(h) = self.ld_ref().learners.get(&id) else {
+            return;
+        };
+        let (session, after) = (h.session, h.diff_sent);
+        let cmd = ReadCmd::Log {
+            after,
+            entries_max: self.cfg.batch_entries_max.max(1),
+            bytes_max: self.cfg.snap_chunk_bytes_max.max(1),
+        };
+        self.window_counts.log_reads += 1;
+        self.issue_read(ReadFor::Diff { peer: id, session }, cmd);
+    }
+
+    /// Entries of a DIFF below the window came back from storage: they go to
+    /// the learner as PROPOSALs; once the learner's position reaches the
+    /// window, the rest of the sync follows from memory.
+    pub(super) fn leader_on_diff_read(
+        &mut self,
+        id: PeerId,
+        session: SessionId,
+        result: Result<ReadData, String>,
+    ) {
+        let Some(h) = self.ld_ref().learners.get(&id) else {
+            return;
+        };
+        if h.session != session || h.phase != HPhase::DiffReading {
+            return;
+        }
+        let (after, observer) = (h.diff_sent, h.observer);
+        let entries = match result {
+            Ok(ReadData::Log(entries)) => entries,
+            // Our own log cannot be read (the driver logs why), or the read
+            // came back as something else: this learner starts over.
+            Ok(ReadData::SnapshotChunk(_)) | Err(_) => {
+                self.drop_learner(id, RejectReason::Protocol);
+                return;
+            }
+        };
+        // Only what the window dropped is read, and it is applied (committed):
+        // the entries must continue the learner's position exactly (I4).
+        let fits = entries.first().is_some_and(|e| e.zxid.is_next(after))
+            && entries.windows(2).all(|w| w[1].zxid.is_next(w[0].zxid))
+            && entries.last().is_some_and(|e| e.zxid <= self.applied);
+        if !fits {
+            // The durable log below the window is not what the core knew (a
+            // purge raced the read; the next plan knows of the snapshot that
+            // caused it): the learner starts over.
+            self.drop_learner(id, RejectReason::Protocol);
+            return;
+        }
+        let last = entries.last().expect("checked non-empty").zxid;
+        let end = if observer {
+            self.ld_ref().commit
+        } else {
+            Zxid::from_u64(u64::MAX)
+        };
+        debug_assert!(last <= end, "what the window dropped is committed");
+        for chunk in entries.chunks(self.cfg.batch_entries_max.max(1)) {
+            self.send_learner(
+                id,
+                SessionMsg::Proposal {
+                    entries: chunk.to_vec(),
+                },
+            );
+        }
+        if let Some(h) = self.ld().learners.get_mut(&id) {
+            h.diff_sent = last;
+        }
+        if last >= self.log_base {
+            self.leader_sync_tail(id, last);
+        } else {
+            self.leader_diff_read_next(id);
+        }
     }
 
     /// The learner stored its SNAP up to `received`: more may be read.
@@ -828,7 +922,8 @@ impl Peer {
         }
     }
 
-    /// The last zxid before the last epoch segment of the written log.
+    /// The last zxid before the last epoch segment of the written log (the
+    /// window's base at least: what it dropped is applied).
     fn known_committed_prefix(&self) -> Zxid {
         let Some(last) = self.log.back() else {
             return self.log_base;
@@ -1117,7 +1212,14 @@ impl Peer {
         let upto = self.log.partition_point(|e| e.zxid <= new);
         let lag_max = self.cfg.observer_lag_entries_max;
         for (id, durable) in observers {
-            let lag = upto - self.log.partition_point(|e| e.zxid <= durable);
+            let lag = if durable >= self.log_base {
+                upto - self.log.partition_point(|e| e.zxid <= durable)
+            } else if durable.epoch() == new.epoch() {
+                // Behind the in-memory window: counted from the zxids.
+                (new.counter().0 - durable.counter().0) as usize
+            } else {
+                usize::MAX
+            };
             if lag > lag_max {
                 self.drop_learner(id, RejectReason::Protocol);
                 continue;

@@ -331,15 +331,17 @@ impl Peer {
     /// log base.
     fn epoch_ends(&self) -> Vec<Zxid> {
         let mut ends: Vec<Zxid> = Vec::new();
-        for e in self.log.iter().rev() {
+        let in_memory = self.log.iter().rev().map(|e| e.zxid);
+        let on_disk = self.disk_segs.iter().rev().map(|(_, last)| *last);
+        for z in in_memory.chain(on_disk) {
             if ends.len() >= crate::message::EPOCH_ENDS_MAX - 1 {
                 break;
             }
-            if ends.last().is_none_or(|l| l.epoch() != e.zxid.epoch()) {
-                ends.push(e.zxid);
+            if ends.last().is_none_or(|l| l.epoch() != z.epoch()) {
+                ends.push(z);
             }
         }
-        ends.push(self.log_base);
+        ends.push(self.log_start);
         ends
     }
 
@@ -368,20 +370,23 @@ impl Peer {
         let (mode, last) = match msg {
             SessionMsg::Diff { .. } => (Mode::Diff, self.written_last()),
             SessionMsg::Trunc { to } => {
-                let in_log =
-                    to == self.log_base || self.log.binary_search_by(|e| e.zxid.cmp(&to)).is_ok();
+                let in_log = self.log_has(to);
                 // A TRUNC below what is known committed, or outside the log, is a
                 // broken leader or stream: refuse it (CommittedLogDurability).
                 if to < self.commit_known || to > self.written_last() || !in_log {
                     self.learner_protocol_error("TRUNC", Refusal::Inconsistent { zxid: to });
                     return;
                 }
+                // What the window dropped is applied, hence committed: a TRUNC
+                // that passed the check above cuts memory only.
+                assert!(to >= self.log_base, "TRUNC below the window: {to}");
                 self.issue(
                     StorageCmd::TruncateAfter(to),
                     Effect::Truncate { after: to },
                 );
                 while self.log.back().is_some_and(|e| e.zxid > to) {
-                    self.log.pop_back();
+                    let e = self.log.pop_back().expect("checked");
+                    self.log_bytes -= e.payload.len() as u64;
                 }
                 self.recompute_gate();
                 (Mode::Trunc, to)
@@ -778,6 +783,7 @@ impl Peer {
                 if e.zxid.is_next(self.written_last()) {
                     self.durable.last = e.zxid;
                     self.durable.ackable = e.zxid;
+                    self.log_bytes += e.payload.len() as u64;
                     self.log.push_back(e);
                 }
             }

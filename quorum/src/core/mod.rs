@@ -97,6 +97,19 @@ pub enum ReadCmd {
         /// How many bytes (fewer only at the end of the file).
         len: usize,
     },
+    /// Durable log entries after `after`, in order and contiguous, at most
+    /// `entries_max` of them and no more bytes of payload than `bytes_max`
+    /// (at least one entry whatever its size): the leader's side of a DIFF for
+    /// a learner behind the in-memory log window. The core asks only for
+    /// entries storage has reported durable and no snapshot purge has removed.
+    Log {
+        /// The zxid the first entry follows.
+        after: Zxid,
+        /// At most this many entries.
+        entries_max: usize,
+        /// At most about this many payload bytes.
+        bytes_max: usize,
+    },
 }
 
 /// What a read returned.
@@ -104,6 +117,8 @@ pub enum ReadCmd {
 pub enum ReadData {
     /// The bytes of a [`ReadCmd::SnapshotChunk`].
     SnapshotChunk(Bytes),
+    /// The entries of a [`ReadCmd::Log`] (empty: the log ends at `after`).
+    Log(Vec<Entry>),
 }
 
 /// A peer's persisted epochs (zab-protocol.md §1.2).
@@ -243,6 +258,13 @@ pub struct Config {
     /// How many log entries at or below the latest snapshot are kept in memory for
     /// DIFF synchronisation; a learner further behind gets SNAP.
     pub log_retained_below_snapshot_max: usize,
+    /// The in-memory log window, in entries: entries beyond it that are
+    /// durable, committed and applied are dropped from memory (the oldest
+    /// first). A learner that needs older ones gets them read from the durable
+    /// log ([`ReadCmd::Log`]). Entries not yet applied are never dropped.
+    pub log_window_entries_max: usize,
+    /// The same bound in payload bytes.
+    pub log_window_bytes_max: u64,
     /// Largest chunk of a snapshot file in one SNAP message.
     pub snap_chunk_bytes_max: usize,
     /// Snapshot bytes a leader has read or sent to one learner and the learner
@@ -279,6 +301,8 @@ impl Config {
             batch_entries_max: 512,
             proposal_bytes_max: 1 << 20,
             log_retained_below_snapshot_max: 500,
+            log_window_entries_max: 10_000,
+            log_window_bytes_max: 64 << 20,
             snap_chunk_bytes_max: 1 << 20,
             snap_in_flight_bytes_max: 8 << 20,
             observer_lag_entries_max: 10_000,
@@ -627,6 +651,27 @@ enum Effect {
     Marker,
 }
 
+/// Figures of the bounded log window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowCounts {
+    /// Entries dropped from memory because the window was full.
+    pub dropped: u64,
+    /// Learner syncs whose DIFF started below the window and was read from
+    /// the durable log.
+    pub diffs_from_disk: u64,
+    /// [`ReadCmd::Log`] reads issued for them.
+    pub log_reads: u64,
+}
+
+/// What a read was for.
+#[derive(Clone, Copy, Debug)]
+enum ReadFor {
+    /// A SNAP chunk.
+    Snap(SnapRead),
+    /// Entries of a DIFF below the window for learner `peer`, session `session`.
+    Diff { peer: PeerId, session: SessionId },
+}
+
 /// A snapshot chunk read for a learner's SNAP sync.
 #[derive(Clone, Copy, Debug)]
 struct SnapRead {
@@ -666,6 +711,20 @@ pub struct Peer {
     /// emitted for writing but not yet durable. Contiguous (`Zxid::is_next`).
     log: VecDeque<Entry>,
     log_base: Zxid,
+    /// Payload bytes of `log` (the window's byte bound).
+    log_bytes: u64,
+    /// Where the available log starts (`log_start <= log_base`): entries in
+    /// `(log_start, log_base]` were dropped from memory by the window and are
+    /// read from the durable log when a learner needs them. All of them are
+    /// applied, hence committed and durable.
+    log_start: Zxid,
+    /// The epoch segments of `(log_start, log_base]`, oldest first: the first
+    /// and last zxid of each. Enough to tell which zxids the log holds and
+    /// where each epoch ends without the entries.
+    disk_segs: VecDeque<(Zxid, Zxid)>,
+    /// Entries dropped from memory by the window, and DIFF syncs served from
+    /// the durable log (figures for the simulation and tests).
+    window_counts: WindowCounts,
     /// Received or proposed entries not yet emitted for writing because they
     /// belong to an epoch after an uncommitted rollover proposal (I3).
     blocked: VecDeque<Entry>,
@@ -692,7 +751,7 @@ pub struct Peer {
     /// messages are reported once, not one line each.
     stale_reported: BTreeMap<PeerId, SessionId>,
     /// Reads asked of storage and not yet answered: SNAP chunks for a learner.
-    reads: BTreeMap<ReadId, SnapRead>,
+    reads: BTreeMap<ReadId, ReadFor>,
     next_read: u64,
     /// Elections started since this peer began.
     elections: u64,
@@ -739,8 +798,12 @@ impl Peer {
             out: Vec::new(),
             durable,
             written_epochs: rec.epochs,
+            log_bytes: log.iter().map(|e| e.payload.len() as u64).sum(),
             log,
             log_base: snapshot.zxid,
+            log_start: snapshot.zxid,
+            disk_segs: VecDeque::new(),
+            window_counts: WindowCounts::default(),
             blocked: VecDeque::new(),
             gate: None,
             ops: VecDeque::new(),
@@ -800,6 +863,9 @@ impl Peer {
             Input::Relayed { prev, entries } => self.observer_on_relayed(prev, entries),
             Input::RelayEnded => self.observer_relay_ended(),
         }
+        // Once per step, after everything the input caused: the scans of just
+        // committed entries (INFORM, rollovers) see them in memory.
+        self.trim_window();
         std::mem::take(&mut self.out)
     }
 
@@ -834,6 +900,17 @@ impl Peer {
     /// The highest zxid applied to the state machine.
     pub fn applied(&self) -> Zxid {
         self.applied
+    }
+
+    /// Figures of the bounded in-memory log window.
+    pub fn window_counts(&self) -> WindowCounts {
+        self.window_counts
+    }
+
+    /// Log entries held in memory: the window, and entries that wait for a
+    /// rollover proposal to commit before they are written.
+    pub fn log_entries_in_memory(&self) -> usize {
+        self.log.len() + self.blocked.len()
     }
 
     /// The state an observer relay (`rzk-observer-master`) starts from: the last
@@ -984,10 +1061,10 @@ impl Peer {
     }
 
     /// Asks storage for a read; `for_snap` says what it is for.
-    fn issue_read(&mut self, for_snap: SnapRead, cmd: ReadCmd) {
+    fn issue_read(&mut self, purpose: ReadFor, cmd: ReadCmd) {
         let id = ReadId(self.next_read);
         self.next_read += 1;
-        self.reads.insert(id, for_snap);
+        self.reads.insert(id, purpose);
         self.out.push(Output::Read { id, cmd });
     }
 
@@ -996,7 +1073,10 @@ impl Peer {
             return;
         };
         if let State::Leading(_) = self.state {
-            self.leader_on_snap_read(read, result);
+            match read {
+                ReadFor::Snap(read) => self.leader_on_snap_read(read, result),
+                ReadFor::Diff { peer, session } => self.leader_on_diff_read(peer, session, result),
+            }
         }
         // Otherwise the transfer it was for ended with this peer's leadership.
     }
@@ -1051,7 +1131,10 @@ impl Peer {
                 // memory changes only once the install is durable, so a refused
                 // or interrupted install leaves it as the disk is (I2).
                 self.log.clear();
+                self.log_bytes = 0;
                 self.log_base = zxid;
+                self.log_start = zxid;
+                self.disk_segs.clear();
                 self.gate = None;
                 self.durable.last = zxid;
                 self.durable.ackable = zxid;
@@ -1123,6 +1206,7 @@ impl Peer {
                 self.save_epochs(ep, None);
             }
             let zxid = e.zxid;
+            self.log_bytes += e.payload.len() as u64;
             self.log.push_back(e.clone());
             batch.push(e);
             if zxid.is_last_with(self.cfg.counter_limit) {
@@ -1307,12 +1391,107 @@ impl Peer {
             State::Leading(l) => l.snap_transfer_base().unwrap_or(zxid),
             State::Looking(_) | State::Following(_) => zxid,
         };
-        let below = self.log.partition_point(|e| e.zxid <= zxid.min(keep_after));
+        let cut = zxid.min(keep_after);
+        // Entries dropped from memory at or below the snapshot are forgotten:
+        // storage may purge the log up to its newest snapshot, so they may no
+        // longer be readable (a SNAP transfer in progress keeps its tail in
+        // memory instead, see `trim_window`). Those above it stay readable.
+        while let Some(&(first, last)) = self.disk_segs.front() {
+            if last <= zxid {
+                self.disk_segs.pop_front();
+                self.log_start = last;
+            } else {
+                if first <= zxid {
+                    // A segment lies in one epoch, so `zxid + 1` is its next.
+                    self.disk_segs[0].0 = Zxid::from_u64(zxid.as_u64() + 1);
+                    self.log_start = zxid;
+                }
+                break;
+            }
+        }
+        if self.disk_segs.is_empty() {
+            self.log_start = self.log_base;
+        }
+        let below = self.log.partition_point(|e| e.zxid <= cut);
         let drop = below.saturating_sub(self.cfg.log_retained_below_snapshot_max);
         for _ in 0..drop {
             let e = self.log.pop_front().expect("counted");
+            self.log_bytes -= e.payload.len() as u64;
             self.log_base = e.zxid;
+            self.log_start = e.zxid;
         }
+    }
+
+    /// Drops the oldest entries from memory while the window is over its bound
+    /// and they are applied (so committed and durable). They stay in the durable
+    /// log: `disk_segs` remembers which zxids they were, and a learner that
+    /// needs them gets them read from storage.
+    fn trim_window(&mut self) {
+        let (entries_max, bytes_max) = (
+            self.cfg.log_window_entries_max,
+            self.cfg.log_window_bytes_max,
+        );
+        while self.log.len() > entries_max || self.log_bytes > bytes_max {
+            let Some(front) = self.log.front() else {
+                return;
+            };
+            // Never what is not applied: uncommitted entries may still be cut
+            // by a TRUNC, and not-yet-durable ones cannot be read back.
+            if front.zxid > self.applied || front.zxid > self.durable.last {
+                return;
+            }
+            // Nor what follows a SNAP transfer's snapshot: storage may purge
+            // it once a newer snapshot exists, and the transfer would end in
+            // vain (see `on_snapshot_saved`).
+            if let State::Leading(l) = &self.state {
+                if l.snap_transfer_base().is_some_and(|b| front.zxid > b) {
+                    return;
+                }
+            }
+            let e = self.log.pop_front().expect("front exists");
+            self.log_bytes -= e.payload.len() as u64;
+            match self.disk_segs.back_mut() {
+                Some((_, last)) if e.zxid.is_next(*last) && e.zxid.epoch() == last.epoch() => {
+                    *last = e.zxid;
+                }
+                _ => self.disk_segs.push_back((e.zxid, e.zxid)),
+            }
+            self.log_base = e.zxid;
+            self.window_counts.dropped += 1;
+        }
+    }
+
+    /// Whether the log holds `z` (in memory or on disk), or `z` is where the
+    /// available log starts.
+    fn log_has(&self, z: Zxid) -> bool {
+        if z == self.log_start || z == self.log_base {
+            return true;
+        }
+        if z > self.log_base {
+            return self.log.binary_search_by(|e| e.zxid.cmp(&z)).is_ok();
+        }
+        self.disk_segs
+            .iter()
+            .any(|(first, last)| first.epoch() == z.epoch() && *first <= z && z <= *last)
+    }
+
+    /// The last zxid of `epoch` in the available log, if the log shows it (its
+    /// start counts).
+    fn log_epoch_end(&self, epoch: Epoch) -> Option<Zxid> {
+        let idx = self.log.partition_point(|e| e.zxid.epoch() <= epoch);
+        if idx > 0 {
+            let z = self.log[idx - 1].zxid;
+            return (z.epoch() == epoch).then_some(z);
+        }
+        if let Some(&(_, last)) = self
+            .disk_segs
+            .iter()
+            .rev()
+            .find(|(f, _)| f.epoch() <= epoch)
+        {
+            return (last.epoch() == epoch).then_some(last);
+        }
+        (self.log_start.epoch() == epoch).then_some(self.log_start)
     }
 
     fn on_message(&mut self, from: PeerId, msg: Message) {

@@ -1867,3 +1867,201 @@ fn a_leader_stops_informing_a_relayed_observer() {
     assert_eq!(p.commit_known(), z(2, 1));
     assert_eq!(sends_to(&out, 4), vec![], "no INFORM: {out:?}");
 }
+
+/// Issue 11 (bounded log): peer 1, leading peers 2 and 3 in epoch 2 with a
+/// window of 2 entries, has proposed `n` entries of one byte, all durable
+/// here, committed through `committed` by peer 2's ACK.
+fn leader_with_window(n: u32, committed: u32) -> Peer {
+    let mut c = cfg(1);
+    c.log_window_entries_max = 2;
+    c.batch_entries_max = 2;
+    let mut p = established_leader_with(c);
+    let proposals = (1..=n).map(|k| (u64::from(k), Bytes::from("x"))).collect();
+    step_durable(&mut p, 8, Input::Propose(proposals));
+    if committed > 0 {
+        let ack = SessionMsg::Ack {
+            upto: z(2, committed),
+        };
+        p.step(Tick(9), from(2, session(20, 3, ack)));
+    }
+    p
+}
+
+/// The window drops only entries that are durable, committed and applied:
+/// durable proposals without a quorum stay, however many; once committed and
+/// applied, all but the window's last two go.
+#[test]
+fn the_window_drops_only_committed_and_durable_entries() {
+    let p = leader_with_window(5, 0);
+    assert_eq!(p.commit_known(), Zxid::ZERO);
+    assert_eq!(p.log_entries_in_memory(), 5, "uncommitted entries stay");
+    assert_eq!(p.window_counts().dropped, 0);
+
+    // Committed up to 3: 1..=3 are applied, but 4 and 5 are not, so only 1..=3
+    // may go, and the bound of 2 keeps 4 and 5 (not applied) in any case.
+    let p = leader_with_window(5, 3);
+    assert_eq!(p.applied(), z(2, 3));
+    assert_eq!(p.log_entries_in_memory(), 2);
+    assert_eq!(p.window_counts().dropped, 3);
+
+    // Not durable: proposed but storage has not confirmed it, so nothing is
+    // committed or dropped however long the window.
+    let mut c = cfg(1);
+    c.log_window_entries_max = 0;
+    let mut p = established_leader_with(c);
+    let out = p.step(
+        Tick(8),
+        Input::Propose(vec![(1, Bytes::from("x")), (2, Bytes::from("y"))]),
+    );
+    assert!(out.iter().any(|o| matches!(o, Output::Storage { .. })));
+    p.step(
+        Tick(9),
+        from(2, session(20, 3, SessionMsg::Ack { upto: z(2, 2) })),
+    );
+    assert_eq!(p.log_entries_in_memory(), 2, "not durable here: kept");
+    assert_eq!(p.window_counts().dropped, 0);
+}
+
+/// A learner whose last zxid lies below the leader's in-memory window gets a
+/// DIFF: the entries the window dropped are read from the durable log in
+/// bounded reads (`ReadCmd::Log`), sent as PROPOSALs in order, then the
+/// window's entries, COMMIT and NEWLEADER, as from memory.
+#[test]
+fn a_learner_behind_the_window_gets_a_diff_read_from_the_durable_log() {
+    let mut p = leader_with_window(5, 5);
+    assert_eq!(p.log_entries_in_memory(), 2, "2.4 and 2.5 in memory");
+    // Peer 3 reconnects in a new session, holding 2.1 only.
+    p.step(Tick(10), Input::PeerDisconnected { peer: PeerId(3) });
+    p.step(Tick(11), from(3, session(31, 0, follower_info(2))));
+    let ack_epoch = SessionMsg::AckEpoch {
+        current_epoch: Epoch(2),
+        last_zxid: z(2, 1),
+        epoch_ends: vec![z(2, 1), Zxid::ZERO],
+    };
+    let out = p.step(Tick(12), from(3, session(31, 1, ack_epoch)));
+    let read = |id, after| Output::Read {
+        id: ReadId(id),
+        cmd: ReadCmd::Log {
+            after,
+            entries_max: 2,
+            bytes_max: 1 << 20,
+        },
+    };
+    assert_eq!(
+        out,
+        vec![
+            send(
+                3,
+                session(
+                    31,
+                    1,
+                    SessionMsg::Diff {
+                        leader_last: z(2, 5)
+                    }
+                )
+            ),
+            read(1, z(2, 1)),
+        ]
+    );
+    // Storage answers with one entry (a read may return fewer): the next
+    // read continues after it.
+    let out = p.step(
+        Tick(13),
+        Input::ReadDone {
+            id: ReadId(1),
+            result: Ok(ReadData::Log(vec![Entry {
+                zxid: z(2, 2),
+                payload: Bytes::from("x"),
+            }])),
+        },
+    );
+    let proposal = |ks: &[u32]| SessionMsg::Proposal {
+        entries: ks
+            .iter()
+            .map(|k| Entry {
+                zxid: z(2, *k),
+                payload: Bytes::from("x"),
+            })
+            .collect(),
+    };
+    assert_eq!(
+        out,
+        vec![send(3, session(31, 2, proposal(&[2]))), read(2, z(2, 2))]
+    );
+    let out = p.step(
+        Tick(14),
+        Input::ReadDone {
+            id: ReadId(2),
+            result: Ok(ReadData::Log(vec![Entry {
+                zxid: z(2, 3),
+                payload: Bytes::from("x"),
+            }])),
+        },
+    );
+    assert_eq!(
+        out,
+        vec![
+            send(3, session(31, 3, proposal(&[3]))),
+            send(3, session(31, 4, proposal(&[4, 5]))),
+            send(3, session(31, 5, SessionMsg::Commit { upto: z(2, 5) })),
+            send(3, session(31, 6, SessionMsg::NewLeader { epoch: Epoch(2) })),
+        ],
+        "the window's entries follow the last read"
+    );
+    assert_eq!(p.window_counts().diffs_from_disk, 1);
+
+    // A read that does not continue the learner's position (storage lost or
+    // purged it) ends that learner's session: it never gets a gap (I4).
+    p.step(Tick(20), Input::PeerDisconnected { peer: PeerId(3) });
+    p.step(Tick(21), from(3, session(32, 0, follower_info(2))));
+    let ack_epoch = SessionMsg::AckEpoch {
+        current_epoch: Epoch(2),
+        last_zxid: z(2, 1),
+        epoch_ends: vec![z(2, 1), Zxid::ZERO],
+    };
+    p.step(Tick(22), from(3, session(32, 1, ack_epoch)));
+    let out = p.step(
+        Tick(23),
+        Input::ReadDone {
+            id: ReadId(3),
+            result: Ok(ReadData::Log(vec![Entry {
+                zxid: z(2, 3),
+                payload: Bytes::from("x"),
+            }])),
+        },
+    );
+    let to3 = sends_to(&out, 3);
+    assert!(
+        matches!(to3.as_slice(), [SessionMsg::Reject { .. }]),
+        "{to3:?}"
+    );
+}
+
+/// Restart with a durable log longer than the window: the single voter
+/// applies all of it in order once it leads, and then holds only the window.
+#[test]
+fn restart_replays_a_log_longer_than_the_window() {
+    let mut c = Config::new(PeerId(1), [PeerId(1)]);
+    c.finalize_wait = 0;
+    c.log_window_entries_max = 3;
+    let log: Vec<Entry> = (1..=10).map(|k| entry(1, k)).collect();
+    let (mut p, out) = Peer::new(c, recovered(log, 1, 1), Tick(0)).expect("starts");
+    let mut all = out;
+    let mut t = 0;
+    while let Some(op) = all.iter().rev().find_map(|o| match o {
+        Output::Storage { op, .. } => Some(*op),
+        _ => None,
+    }) {
+        t += 1;
+        let more = p.step(Tick(t), Input::StorageDone { op });
+        all.retain(|o| !matches!(o, Output::Storage { .. }));
+        all.extend(more);
+        if p.role() == Role::Leader {
+            break;
+        }
+    }
+    assert_eq!(p.role(), Role::Leader);
+    assert_eq!(applied(&all), (1..=10).map(|k| z(1, k)).collect::<Vec<_>>());
+    assert_eq!(p.log_entries_in_memory(), 3);
+    assert_eq!(p.window_counts().dropped, 7);
+}
