@@ -210,12 +210,14 @@ pub(crate) struct ConnStats {
 /// A client connection as the core sees it.
 #[derive(Debug)]
 pub(crate) struct Conn {
+    /// Also where the client's address is (see [`Conn::peer`]).
     pub(crate) outbox: Arc<Outbox>,
-    pub(crate) peer: SocketAddr,
     pub(crate) auth: AuthInfo,
     pub(crate) state: ConnState,
-    /// Requests that arrived while the session was being created.
-    pub(crate) backlog: VecDeque<(Req, Permit)>,
+    /// Requests that arrived while the session was being created (a `Vec`,
+    /// 8 bytes smaller than a `VecDeque` in every connection; it is only
+    /// pushed to and then drained whole).
+    pub(crate) backlog: Vec<(Req, Permit)>,
     /// Requests not yet answered, in arrival order.
     pub(crate) queue: ReplyQueue<Pending>,
     /// Whether the ConnectRequest carried the readOnly byte: the
@@ -226,6 +228,11 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// The client's address (kept once per connection, in its outbox).
+    pub(crate) fn peer(&self) -> SocketAddr {
+        self.outbox.peer()
+    }
+
     pub(crate) fn session(&self) -> Option<i64> {
         match self.state {
             ConnState::Connected(s) => Some(s),
@@ -707,7 +714,7 @@ impl Core {
         self.stats.packets_received += 1;
         conn.stats.received += 1;
         match conn.state {
-            ConnState::Connecting => conn.backlog.push_back((req, permit)),
+            ConnState::Connecting => conn.backlog.push((req, permit)),
             ConnState::Closing => {}
             ConnState::Connected(sid) => {
                 if self.shutting_down {
@@ -724,7 +731,7 @@ impl Core {
         let frame = match req {
             Req::Unknown { xid } => {
                 if let Some(conn) = self.conns.get_mut(&id) {
-                    tracing::info!(peer = %conn.peer, "unknown opcode: closing the connection");
+                    tracing::info!(peer = %conn.peer(), "unknown opcode: closing the connection");
                     let reply = Reply::unimplemented(xid);
                     self.stats.packets_sent += 1;
                     push_frame(&conn.outbox, |b| reply.encode_payload(b));
@@ -819,13 +826,8 @@ impl Core {
         let Some(conn) = self.conns.get_mut(&id) else {
             return;
         };
-        let outcome = acl::authenticate(
-            &mut conn.auth,
-            scheme,
-            auth,
-            conn.peer.ip(),
-            super_digest.as_deref(),
-        );
+        let ip = conn.peer().ip();
+        let outcome = acl::authenticate(&mut conn.auth, scheme, auth, ip, super_digest.as_deref());
         // doc §12.6: auth is answered at once, outside the ordered pipeline,
         // with zxid 0 and the request's own xid: Java clients send -4, but
         // ZooKeeper echoes whatever came, and the `zookeeper-client` crate
@@ -840,7 +842,7 @@ impl Core {
         push_frame(&conn.outbox, |b| reply.encode_payload(b));
         if outcome == AuthOutcome::Failed {
             self.stats.auth_failed += 1;
-            tracing::info!(peer = %conn.peer, scheme, "auth with an unknown scheme: closing the connection");
+            tracing::info!(peer = %conn.peer(), scheme, "auth with an unknown scheme: closing the connection");
             conn.outbox.close_after_flush();
             conn.state = ConnState::Closing;
         }
@@ -1110,7 +1112,7 @@ impl Core {
         g.replies += 1;
         let before = conn.outbox.queued_bytes();
         if !push_frame(&conn.outbox, |b| reply.encode_payload(b)) {
-            tracing::warn!(peer = %conn.peer, "client does not read its replies: closing the connection");
+            tracing::warn!(peer = %conn.peer(), "client does not read its replies: closing the connection");
             conn.state = ConnState::Closing;
             return;
         }

@@ -249,16 +249,16 @@ async fn run_inner(
                 let id = next_id;
                 next_id += 1;
                 let ctx = ctx.clone();
-                conns.spawn(async move {
-                    match tls {
-                        None => conn::serve(stream, peer, id, ctx).await,
-                        // Boxed: a TLS handshake's state is large, and an
-                        // arm held inline would make every plain
-                        // connection's task as large (issue 15).
-                        Some(tls) => Box::pin(serve_tls(&tls, stream, peer, id, ctx)).await,
-                    }
-                    ip
-                });
+                // Two kinds of task: a TLS handshake's state is large, and
+                // a plain connection's task is only its own state machine
+                // (issue 15). Each resolves to the client's address.
+                match tls {
+                    None => conns.spawn(conn::serve(stream, peer, id, ctx)),
+                    Some(tls) => conns.spawn(async move {
+                        serve_tls(&tls, stream, peer, id, ctx).await;
+                        ip
+                    }),
+                };
             }
             Some(done) = conns.join_next(), if !conns.is_empty() => {
                 if let Ok(ip) = done {
@@ -329,6 +329,6 @@ async fn serve_tls(
         auth.add("x509", &who.subject);
         auth.is_super |= who.is_super;
     }
-    let (rd, wr) = tokio::io::split(tls_stream);
-    conn::serve_split(rd, wr, peer, auth, id, ctx).await;
+    // The stream whole: the connection reads and writes it from one task.
+    conn::serve_stream(tls_stream, peer, auth, id, ctx).await;
 }

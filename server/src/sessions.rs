@@ -6,7 +6,6 @@
 //! The session table itself is replicated: only apply adds or removes a
 //! session (`commit.rs`); expiry belongs to the leader (`leader.rs`).
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -81,10 +80,9 @@ impl Core {
         let negotiated = self.negotiate(req.timeout_ms);
         let mut conn = Box::new(Conn {
             outbox,
-            peer,
             auth,
             state: ConnState::Connecting,
-            backlog: VecDeque::new(),
+            backlog: Vec::new(),
             queue: ReplyQueue::default(),
             read_only_byte: req.read_only.is_some(),
             established_ms: now_ms(),
@@ -214,7 +212,7 @@ impl Core {
             .get(&sid)
             .is_some_and(|s| s.password[..] == req.passwd[..]);
         if !valid {
-            tracing::info!(session = %format_sid(sid), peer = %conn.peer, "refusing to resume an expired session or a wrong password");
+            tracing::info!(session = %format_sid(sid), peer = %conn.peer(), "refusing to resume an expired session or a wrong password");
             push_frame(&conn.outbox, |b| req.reject().encode(b));
             conn.outbox.close_after_flush();
             return;
@@ -241,7 +239,7 @@ impl Core {
         conn.state = ConnState::Connected(sid);
         conn.stats.sent += 1;
         self.stats.packets_sent += 1;
-        tracing::info!(session = %format_sid(sid), peer = %conn.peer, timeout_ms = negotiated, "session resumed");
+        tracing::info!(session = %format_sid(sid), peer = %conn.peer(), timeout_ms = negotiated, "session resumed");
         let backlog = std::mem::take(&mut conn.backlog);
         self.conns.insert(id, conn);
         // The leader makes this member the session's owner (a write through
@@ -280,7 +278,7 @@ impl Core {
                     s.conn = None;
                 }
             }
-            tracing::debug!(session = %format_sid(sid), peer = %conn.peer, "connection closed");
+            tracing::debug!(session = %format_sid(sid), peer = %conn.peer(), "connection closed");
         }
     }
 
@@ -294,7 +292,7 @@ impl Core {
             return;
         };
         s.conn = Some(id);
-        tracing::info!(session = %format_sid(sid), peer = %conn.peer, timeout_ms = s.timeout_ms, "session established");
+        tracing::info!(session = %format_sid(sid), peer = %conn.peer(), timeout_ms = s.timeout_ms, "session established");
         // The ConnectResponse carries the readOnly byte exactly when the
         // request did; the outbox encodes it as the codec would.
         let resp = rzk_wire::ConnectResponse {

@@ -268,7 +268,7 @@ impl Core {
                 let s = &c.stats;
                 let session = c.session();
                 let view = ConnView {
-                    peer: c.peer,
+                    peer: c.peer(),
                     session,
                     session_timeout_ms: session
                         .and_then(|sid| self.sessions.get(&sid))
