@@ -67,6 +67,19 @@ impl Rzk {
         String::from_utf8_lossy(&std::fs::read(&self.log).unwrap()).into_owned()
     }
 
+    /// Waits until the member's log holds `count` lines with `needle`.
+    async fn wait_for_log(&self, max: Duration, what: &str, needle: &str, count: usize) {
+        let path = self.log.clone();
+        eventually(max, what, || {
+            let path = path.clone();
+            async move {
+                let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+                text.matches(needle).count() >= count
+            }
+        })
+        .await;
+    }
+
     /// kill -9: the log holds everything, no snapshot was written at exit.
     fn kill(mut self) {
         self.child.kill().unwrap();
@@ -107,18 +120,14 @@ async fn log_replay_at_start_up_begins_no_snapshot_before_serving() {
     // so replaying 200 would begin one if the replay could.
     let second = Rzk::spawn(dir.path(), "second.log", 2);
     // The listener answers ruok before the member serves: wait for the line.
-    let path = second.log.clone();
-    eventually(
-        Duration::from_secs(60),
-        "the restarted member serves",
-        || {
-            let path = path.clone();
-            async move {
-                String::from_utf8_lossy(&std::fs::read(&path).unwrap()).contains("serving role=")
-            }
-        },
-    )
-    .await;
+    second
+        .wait_for_log(
+            Duration::from_secs(60),
+            "the restarted member serves",
+            "serving role=",
+            1,
+        )
+        .await;
     let log = second.log_text();
     let serving = log.find("serving role=").expect("waited for it");
     assert!(
@@ -135,14 +144,14 @@ async fn log_replay_at_start_up_begins_no_snapshot_before_serving() {
         "200 and /zookeeper"
     );
     c.create("/after", b"x", &opts).await.unwrap();
-    let path = second.log.clone();
-    eventually(Duration::from_secs(30), "a snapshot begins", || {
-        let path = path.clone();
-        async move {
-            String::from_utf8_lossy(&std::fs::read(&path).unwrap()).contains("snapshot started")
-        }
-    })
-    .await;
+    second
+        .wait_for_log(
+            Duration::from_secs(30),
+            "a snapshot begins",
+            "snapshot started",
+            1,
+        )
+        .await;
     assert_eq!(c.list_children("/").await.unwrap().len(), 202);
 }
 
@@ -158,15 +167,14 @@ async fn history_with_snapshots(dir: &Path) -> PathBuf {
             .await
             .unwrap();
     }
-    let log = first.log.clone();
-    eventually(Duration::from_secs(60), "two snapshots are saved", || {
-        let log = log.clone();
-        async move {
-            let text = String::from_utf8_lossy(&std::fs::read(&log).unwrap()).into_owned();
-            text.matches("rzk_server::core: snapshot saved").count() >= 2
-        }
-    })
-    .await;
+    first
+        .wait_for_log(
+            Duration::from_secs(60),
+            "two snapshots are saved",
+            "rzk_server::core: snapshot saved",
+            2,
+        )
+        .await;
     drop(c);
     first.kill();
     let snap = dir.join("data/snap");
@@ -186,18 +194,14 @@ async fn history_with_snapshots(dir: &Path) -> PathBuf {
 /// Restarts on `dir` and waits until it serves; returns its log.
 async fn restart_and_count_nodes(dir: &Path) -> (String, usize) {
     let second = Rzk::spawn(dir, "second.log", 1_000_000);
-    let path = second.log.clone();
-    eventually(
-        Duration::from_secs(60),
-        "the restarted member serves",
-        || {
-            let path = path.clone();
-            async move {
-                String::from_utf8_lossy(&std::fs::read(&path).unwrap()).contains("serving role=")
-            }
-        },
-    )
-    .await;
+    second
+        .wait_for_log(
+            Duration::from_secs(60),
+            "the restarted member serves",
+            "serving role=",
+            1,
+        )
+        .await;
     let c = connect(&second.addr()).await;
     let nodes = c.list_children("/").await.unwrap().len();
     (second.log_text(), nodes)

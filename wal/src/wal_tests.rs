@@ -172,18 +172,22 @@ fn a_preloaded_snapshot_is_verified_once_by_its_preload() {
     assert_eq!(verify_passes(), before + 1);
 }
 
-#[test]
-fn a_corrupt_newest_snapshot_is_skipped_though_a_preload_read_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let (wal, _) = open(dir.path());
+/// Txns z(1, 1..=10), snapshots at z(1, 5) and z(1, 8), then one byte of the
+/// newest snapshot's state rotten (the wal closed).
+fn history_with_a_rotten_newest_snapshot(dir: &Path) {
+    let (wal, _) = open(dir);
     append_epoch1(&wal, 1..=10);
     save(&wal, z(1, 5));
     let newest = save(&wal, z(1, 8));
     drop(wal);
-    // Rot one byte of the newest snapshot's state.
     let f = OpenOptions::new().write(true).open(&newest.path).unwrap();
     f.write_all_at(b"X", 30).unwrap();
-    drop(f);
+}
+
+#[test]
+fn a_corrupt_newest_snapshot_is_skipped_though_a_preload_read_it() {
+    let dir = tempfile::tempdir().unwrap();
+    history_with_a_rotten_newest_snapshot(dir.path());
     let (wal, preloaded) = open_preloading(dir.path(), usize::MAX);
     let r = wal.rebuild_from_file().unwrap();
     assert_eq!(r.snapshot.as_ref().map(SnapshotFile::zxid), Some(z(1, 5)));
@@ -206,14 +210,7 @@ fn a_corrupt_newest_snapshot_is_skipped_though_a_preload_read_it() {
 #[test]
 fn a_preload_that_stops_early_leaves_the_verification_to_the_wal() {
     let dir = tempfile::tempdir().unwrap();
-    let (wal, _) = open(dir.path());
-    append_epoch1(&wal, 1..=10);
-    save(&wal, z(1, 5));
-    let newest = save(&wal, z(1, 8));
-    drop(wal);
-    let f = OpenOptions::new().write(true).open(&newest.path).unwrap();
-    f.write_all_at(b"X", 30).unwrap();
-    drop(f);
+    history_with_a_rotten_newest_snapshot(dir.path());
     // Reads 3 bytes (before the rotten one): no verdict, so the wal reads the
     // whole file itself and finds the damage.
     let (wal, preloaded) = open_preloading(dir.path(), 3);
