@@ -67,6 +67,18 @@ impl Rzk {
         String::from_utf8_lossy(&std::fs::read(&self.log).unwrap()).into_owned()
     }
 
+    /// Waits until the member's log says it serves (the listener answers
+    /// ruok before that).
+    async fn wait_serving(&self) {
+        self.wait_for_log(
+            Duration::from_secs(60),
+            "the member serves",
+            "serving role=",
+            1,
+        )
+        .await;
+    }
+
     /// Waits until the member's log holds `count` lines with `needle`.
     async fn wait_for_log(&self, max: Duration, what: &str, needle: &str, count: usize) {
         let path = self.log.clone();
@@ -120,14 +132,7 @@ async fn log_replay_at_start_up_begins_no_snapshot_before_serving() {
     // so replaying 200 would begin one if the replay could.
     let second = Rzk::spawn(dir.path(), "second.log", 2);
     // The listener answers ruok before the member serves: wait for the line.
-    second
-        .wait_for_log(
-            Duration::from_secs(60),
-            "the restarted member serves",
-            "serving role=",
-            1,
-        )
-        .await;
+    second.wait_serving().await;
     let log = second.log_text();
     let serving = log.find("serving role=").expect("waited for it");
     assert!(
@@ -194,14 +199,7 @@ async fn history_with_snapshots(dir: &Path) -> PathBuf {
 /// Restarts on `dir` and waits until it serves; returns its log.
 async fn restart_and_count_nodes(dir: &Path) -> (String, usize) {
     let second = Rzk::spawn(dir, "second.log", 1_000_000);
-    second
-        .wait_for_log(
-            Duration::from_secs(60),
-            "the restarted member serves",
-            "serving role=",
-            1,
-        )
-        .await;
+    second.wait_serving().await;
     let c = connect(&second.addr()).await;
     let nodes = c.list_children("/").await.unwrap().len();
     (second.log_text(), nodes)

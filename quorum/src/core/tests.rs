@@ -1922,6 +1922,20 @@ fn the_window_drops_only_committed_and_durable_entries() {
     assert_eq!(p.window_counts().dropped, 0);
 }
 
+/// Peer 3 drops its link at tick `t` and comes back in session `sid`
+/// holding z(2, 1) only (FOLLOWERINFO, then ACKEPOCH at `t + 2`); returns the
+/// leader's answer to the ACKEPOCH.
+fn reconnect_3_holding_2_1(p: &mut Peer, t: u64, sid: u64) -> Vec<Output> {
+    p.step(Tick(t), Input::PeerDisconnected { peer: PeerId(3) });
+    p.step(Tick(t + 1), from(3, session(sid, 0, follower_info(2))));
+    let ack_epoch = SessionMsg::AckEpoch {
+        current_epoch: Epoch(2),
+        last_zxid: z(2, 1),
+        epoch_ends: vec![z(2, 1), Zxid::ZERO],
+    };
+    p.step(Tick(t + 2), from(3, session(sid, 1, ack_epoch)))
+}
+
 /// A learner whose last zxid lies below the leader's in-memory window gets a
 /// DIFF: the entries the window dropped are read from the durable log in
 /// bounded reads (`ReadCmd::Log`), sent as PROPOSALs in order, then the
@@ -1931,14 +1945,7 @@ fn a_learner_behind_the_window_gets_a_diff_read_from_the_durable_log() {
     let mut p = leader_with_window(5, 5);
     assert_eq!(p.log_entries_in_memory(), 2, "2.4 and 2.5 in memory");
     // Peer 3 reconnects in a new session, holding 2.1 only.
-    p.step(Tick(10), Input::PeerDisconnected { peer: PeerId(3) });
-    p.step(Tick(11), from(3, session(31, 0, follower_info(2))));
-    let ack_epoch = SessionMsg::AckEpoch {
-        current_epoch: Epoch(2),
-        last_zxid: z(2, 1),
-        epoch_ends: vec![z(2, 1), Zxid::ZERO],
-    };
-    let out = p.step(Tick(12), from(3, session(31, 1, ack_epoch)));
+    let out = reconnect_3_holding_2_1(&mut p, 10, 31);
     let read = |id, after| Output::Read {
         id: ReadId(id),
         cmd: ReadCmd::Log {
@@ -2012,14 +2019,7 @@ fn a_learner_behind_the_window_gets_a_diff_read_from_the_durable_log() {
 
     // A read that does not continue the learner's position (storage lost or
     // purged it) ends that learner's session: it never gets a gap (I4).
-    p.step(Tick(20), Input::PeerDisconnected { peer: PeerId(3) });
-    p.step(Tick(21), from(3, session(32, 0, follower_info(2))));
-    let ack_epoch = SessionMsg::AckEpoch {
-        current_epoch: Epoch(2),
-        last_zxid: z(2, 1),
-        epoch_ends: vec![z(2, 1), Zxid::ZERO],
-    };
-    p.step(Tick(22), from(3, session(32, 1, ack_epoch)));
+    reconnect_3_holding_2_1(&mut p, 20, 32);
     let out = p.step(
         Tick(23),
         Input::ReadDone {
