@@ -24,8 +24,10 @@ use crate::core::{
     Config, Input, OpId, Output, Peer, ReadCmd, ReadData, ReadId, Refusal, SnapshotRef, StorageCmd,
     Tick,
 };
-use crate::message::{Message, SessionMsg};
-use crate::storage::{DirectLog, Durable, Storage, StorageError, StorageReader, WrittenSnapshot};
+use crate::message::{Entry, Message, SessionMsg};
+use crate::storage::{
+    DirectLog, Durable, RecoveredLog, Storage, StorageError, StorageReader, WrittenSnapshot,
+};
 use crate::transport::{Inbound, Inbox, Transport};
 use crate::{
     CommitStream, Committed, PeerId, Proposal, QuorumStats, ReplicateError, Replicator, Role,
@@ -56,6 +58,12 @@ pub struct DriverConfig {
     /// that is not the leader, and the leader's INFORMs when none answers.
     /// Empty: it follows the leader.
     pub observer_masters: Vec<(PeerId, std::net::SocketAddr)>,
+    /// Most entries of the recovered log read and replayed into the core at
+    /// once at start-up (one batch). A restart holds about the core's window
+    /// and a few batches of the log, however long it is.
+    pub replay_batch_entries_max: usize,
+    /// The same bound in payload bytes (at least one entry per batch).
+    pub replay_batch_bytes_max: usize,
 }
 
 /// Events an observer master's relay may fall behind its member's driver
@@ -84,6 +92,8 @@ impl DriverConfig {
             shutdown_wait_max: Duration::from_secs(5),
             observer_relay: None,
             observer_masters: Vec::new(),
+            replay_batch_entries_max: 1024,
+            replay_batch_bytes_max: 4 << 20,
         }
     }
 }
@@ -159,6 +169,14 @@ impl ZabReplicator {
     /// Recovers from `storage` and starts the peer. The commit stream begins
     /// with the durable snapshot; the log after it is delivered as soon as it is
     /// known committed (I2: an uncommitted tail may still be truncated).
+    ///
+    /// The log is replayed after this returns, on the peer's task: read in
+    /// batches ([`DriverConfig::replay_batch_entries_max`]) and stepped into
+    /// the core, which keeps only its window of what it applied; what it
+    /// applies meanwhile goes through a bounded channel that the commit stream
+    /// drains before anything later, so the replay waits for the state
+    /// machine instead of queueing the log. A record that does not read back
+    /// stops the peer (the commit stream ends) with the storage's error logged.
     pub async fn start<S: Storage, T: Transport>(
         cfg: DriverConfig,
         mut storage: S,
@@ -171,11 +189,17 @@ impl ZabReplicator {
         })
         .await
         .map_err(|e| ReplicateError::Storage(e.to_string()))?;
-        let recovered = recovered.map_err(|e| ReplicateError::Storage(e.to_string()))?;
+        let (recovered, log) = recovered.map_err(|e| ReplicateError::Storage(e.to_string()))?;
         let id = cfg.core.id;
         let clock = Instant::now();
-        let (peer, first) = Peer::new(cfg.core.clone(), recovered, Tick(0))
+        let peer = Peer::recover(cfg.core.clone(), recovered, Tick(0))
             .map_err(|e| ReplicateError::Storage(e.to_string()))?;
+        let batches = spawn_log_reader(
+            log,
+            cfg.replay_batch_entries_max.max(1),
+            cfg.replay_batch_bytes_max.max(1),
+        );
+        let (replay_tx, replay_rx) = mpsc::channel(cfg.replay_batch_entries_max.max(1));
         let voters = cfg.core.voters.len();
         let reader = storage.reader();
         let direct = storage.direct_log();
@@ -188,7 +212,7 @@ impl ZabReplicator {
             metrics,
             role: Mutex::new((Role::Looking, None)),
             closing: AtomicBool::new(false),
-            commits: Mutex::new(Some(CommitStream::unbounded(commit_rx))),
+            commits: Mutex::new(Some(CommitStream::replay_then(replay_rx, commit_rx))),
             in_flight: AtomicUsize::new(0),
             in_flight_max: cfg.propose_batch_max.max(cfg.proposals_in_flight_max),
             disk_full: AtomicBool::new(false),
@@ -197,7 +221,7 @@ impl ZabReplicator {
         let (relay_tx, relay_rx) = mpsc::unbounded_channel();
         let follow = (!cfg.observer_masters.is_empty() && cfg.core.is_observer())
             .then(|| crate::relay::RelayFollow::new(id, cfg.observer_masters.clone(), relay_tx));
-        let mut d = Driver {
+        let d = Driver {
             peer,
             clock,
             transport,
@@ -211,6 +235,8 @@ impl ZabReplicator {
             reader: reader.clone(),
             fatal: None,
             commit_tx,
+            replaying: Some(replay_tx),
+            replayed: Vec::new(),
             shared: shared.clone(),
             waiting: BTreeMap::new(),
             by_zxid: BTreeMap::new(),
@@ -225,9 +251,9 @@ impl ZabReplicator {
             looking_since: Some(Instant::now()),
             sync_since: None,
         };
-        d.carry_out(first);
         d.publish_stats();
-        let task = tokio::spawn(d.run(cmd_rx, inbox, done_rx, relay_rx, cfg.tick_interval));
+        let task =
+            tokio::spawn(d.run(cmd_rx, inbox, done_rx, relay_rx, batches, cfg.tick_interval));
         Ok(ZabReplicator {
             id,
             cmds,
@@ -474,6 +500,31 @@ fn spawn_storage<S: Storage>(
     (tx, done_tx, done_rx, thread)
 }
 
+/// Reads the recovered log in batches on a thread of its own: the channel
+/// holds one batch, so the thread reads the next while the core replays one.
+/// The channel ends after the last batch, or after an error.
+fn spawn_log_reader(
+    mut log: RecoveredLog,
+    entries_max: usize,
+    bytes_max: usize,
+) -> mpsc::Receiver<Result<Vec<Entry>, StorageError>> {
+    let (tx, rx) = mpsc::channel(1);
+    std::thread::Builder::new()
+        .name("rzk-quorum-replay".into())
+        .spawn(move || loop {
+            let batch = log.next_batch(entries_max, bytes_max);
+            if matches!(&batch, Ok(b) if b.is_empty()) {
+                return;
+            }
+            let failed = batch.is_err();
+            if tx.blocking_send(batch).is_err() || failed {
+                return;
+            }
+        })
+        .expect("spawn the replay thread");
+    rx
+}
+
 /// Serves the core's reads (SNAP chunks) on a thread of their own, off the
 /// protocol loop and off the storage thread's group commits.
 fn spawn_reader(
@@ -585,6 +636,11 @@ struct Driver<T: Transport> {
     /// A storage failure met while carrying out outputs: the peer stops.
     fatal: Option<ReplicateError>,
     commit_tx: mpsc::UnboundedSender<Committed>,
+    /// The start-up replay's bounded channel, which the commit stream drains
+    /// before `commit_tx`; dropped once the recovered log is replayed.
+    replaying: Option<mpsc::Sender<Committed>>,
+    /// Items for `replaying`, sent (waiting for room) after each step.
+    replayed: Vec<Committed>,
     shared: Arc<Shared>,
     /// Proposals handed to the core, by request id, until they get a zxid.
     waiting: BTreeMap<u64, Reply>,
@@ -630,8 +686,26 @@ impl<T: Transport> Driver<T> {
         mut inbox: Inbox,
         mut done: mpsc::UnboundedReceiver<Done>,
         mut relayed: mpsc::UnboundedReceiver<(u64, crate::relay::RelayEvent)>,
+        batches: mpsc::Receiver<Result<Vec<Entry>, StorageError>>,
         tick: Duration,
     ) {
+        let stashed = match self.replay(batches, &mut cmds).await {
+            Ok(stashed) => stashed,
+            Err(e) => {
+                if let Some((_, done)) = self.shutdown.take() {
+                    self.fail_all(ReplicateError::Shutdown);
+                    let _ = done.send(());
+                    return;
+                }
+                tracing::error!(error = %e, "replaying the durable log failed; the peer stops");
+                self.fail_all(e);
+                return;
+            }
+        };
+        let mut stashed = stashed.into_iter();
+        while let Some(first) = stashed.next() {
+            self.take_cmds(first, || stashed.next());
+        }
         let mut ticker = tokio::time::interval(tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -726,7 +800,112 @@ impl<T: Transport> Driver<T> {
         }
     }
 
+    /// Replays the recovered log (`batches`, from [`spawn_log_reader`]) into
+    /// the core and what it applies into the commit stream's bounded replay
+    /// channel, then starts the election. Commands that arrive meanwhile are
+    /// returned, to be carried out after it, in order; a shutdown ends it.
+    async fn replay(
+        &mut self,
+        mut batches: mpsc::Receiver<Result<Vec<Entry>, StorageError>>,
+        cmds: &mut mpsc::UnboundedReceiver<Cmd>,
+    ) -> Result<Vec<Cmd>, ReplicateError> {
+        let mut stash = Vec::new();
+        loop {
+            let batch = tokio::select! {
+                biased;
+                c = cmds.recv() => {
+                    self.on_replay_cmd(c, &mut stash)?;
+                    continue;
+                }
+                b = batches.recv() => b,
+            };
+            let batch = match batch {
+                None => break,
+                Some(b) => b.map_err(|e| ReplicateError::Storage(e.to_string()))?,
+            };
+            let out = self
+                .peer
+                .replay(batch)
+                .map_err(|e| ReplicateError::Storage(e.to_string()))?;
+            self.carry_out(out);
+            if let Some(e) = self.fatal.take() {
+                return Err(e);
+            }
+            self.send_replayed(cmds, &mut stash).await?;
+            self.publish_stats();
+        }
+        let out = self.peer.finish_recovery();
+        self.send_replayed(cmds, &mut stash).await?;
+        // From here on the commit stream reads the live channel.
+        self.replaying = None;
+        self.carry_out(out);
+        self.publish_stats();
+        Ok(stash)
+    }
+
+    /// Sends what the last replayed batch delivered into the bounded replay
+    /// channel, waiting for room (the state machine's pace).
+    async fn send_replayed(
+        &mut self,
+        cmds: &mut mpsc::UnboundedReceiver<Cmd>,
+        stash: &mut Vec<Cmd>,
+    ) -> Result<(), ReplicateError> {
+        let Some(tx) = self.replaying.clone() else {
+            return Ok(());
+        };
+        for item in std::mem::take(&mut self.replayed) {
+            loop {
+                tokio::select! {
+                    biased;
+                    c = cmds.recv() => self.on_replay_cmd(c, stash)?,
+                    permit = tx.reserve() => {
+                        // The stream's reader is gone: nobody needs the rest.
+                        let permit = permit.map_err(|_| ReplicateError::Shutdown)?;
+                        permit.send(item);
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A command during the replay: a shutdown ends it, the rest wait.
+    fn on_replay_cmd(
+        &mut self,
+        c: Option<Cmd>,
+        stash: &mut Vec<Cmd>,
+    ) -> Result<(), ReplicateError> {
+        match c {
+            None => Err(ReplicateError::Shutdown),
+            Some(Cmd::Shutdown(done)) => {
+                self.shutdown = Some((Instant::now(), done));
+                Err(ReplicateError::Shutdown)
+            }
+            Some(c) => {
+                stash.push(c);
+                Ok(())
+            }
+        }
+    }
+
+    /// Puts a committed item in the stream: the replay's channel while the
+    /// recovered log is replayed, the live one after.
+    fn deliver(&mut self, item: Committed) {
+        if self.replaying.is_some() {
+            self.replayed.push(item);
+        } else {
+            let _ = self.commit_tx.send(item);
+        }
+    }
+
     fn on_cmds(&mut self, first: Cmd, cmds: &mut mpsc::UnboundedReceiver<Cmd>) {
+        self.take_cmds(first, || cmds.try_recv().ok());
+    }
+
+    /// Carries out `first` and the commands `more` gives while a batch of
+    /// proposals has room.
+    fn take_cmds(&mut self, first: Cmd, mut more: impl FnMut() -> Option<Cmd>) {
         let mut batch = Vec::new();
         let mut next = Some(first);
         while let Some(c) = next.take() {
@@ -761,7 +940,7 @@ impl<T: Transport> Driver<T> {
                 }
             }
             if batch.len() < self.batch_max {
-                next = cmds.try_recv().ok();
+                next = more();
             }
         }
         self.flush_proposals(&mut batch);
@@ -910,7 +1089,7 @@ impl<T: Transport> Driver<T> {
                     match self.reader.snapshot_source(&snapshot) {
                         Ok(source) => {
                             self.last_delivered = zxid;
-                            let _ = self.commit_tx.send(Committed::Snapshot { zxid, source });
+                            self.deliver(Committed::Snapshot { zxid, source });
                         }
                         // The state machine cannot be given its state: stop.
                         Err(e) => {
@@ -929,7 +1108,7 @@ impl<T: Transport> Driver<T> {
                             self.resolve(reply, Ok(e.zxid));
                         }
                         self.last_delivered = e.zxid;
-                        let _ = self.commit_tx.send(Committed::Txn {
+                        self.deliver(Committed::Txn {
                             zxid: e.zxid,
                             payload: e.payload,
                         });
@@ -957,7 +1136,7 @@ impl<T: Transport> Driver<T> {
                 }
                 Output::Refused { peer, msg, reason } => log_refused(peer, msg, &reason),
                 Output::Forwarded { from, payload } => {
-                    let _ = self.commit_tx.send(Committed::Forwarded { from, payload });
+                    self.deliver(Committed::Forwarded { from, payload });
                 }
                 Output::RoleChanged {
                     role,
@@ -975,11 +1154,12 @@ impl<T: Transport> Driver<T> {
                     // The core applies the initial history, or the learner's
                     // synced history, before it reports the role: everything
                     // known committed is in the stream before this item.
-                    let _ = self.commit_tx.send(Committed::Role {
+                    let zxid = self.last_delivered;
+                    self.deliver(Committed::Role {
                         role,
                         leader,
                         epoch,
-                        zxid: self.last_delivered,
+                        zxid,
                     });
                 }
             }

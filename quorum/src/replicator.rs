@@ -551,6 +551,13 @@ enum CommitRx {
     /// state machine, so it feeds an unbounded channel; the server bounds what is
     /// in flight by its limit on outstanding requests.
     Unbounded(mpsc::UnboundedReceiver<Committed>),
+    /// The start-up replay through a bounded channel (the driver waits for
+    /// room, so a long log is never queued whole), then, once its sender is
+    /// gone, the live stream.
+    ReplayThen {
+        replay: Option<mpsc::Receiver<Committed>>,
+        live: mpsc::UnboundedReceiver<Committed>,
+    },
 }
 
 impl CommitStream {
@@ -568,11 +575,35 @@ impl CommitStream {
         }
     }
 
+    /// Wraps the two channels of a replicator that replays its recovered
+    /// history through a bounded channel: every item of `replay`, until its
+    /// sender is dropped, comes before any item of `live`.
+    pub fn replay_then(
+        replay: mpsc::Receiver<Committed>,
+        live: mpsc::UnboundedReceiver<Committed>,
+    ) -> CommitStream {
+        CommitStream {
+            rx: CommitRx::ReplayThen {
+                replay: Some(replay),
+                live,
+            },
+        }
+    }
+
     /// The next committed item, or `None` once the replicator has shut down.
     pub async fn next(&mut self) -> Option<Committed> {
         match &mut self.rx {
             CommitRx::Bounded(rx) => rx.recv().await,
             CommitRx::Unbounded(rx) => rx.recv().await,
+            CommitRx::ReplayThen { replay, live } => {
+                if let Some(rx) = replay.as_mut() {
+                    match rx.recv().await {
+                        Some(item) => return Some(item),
+                        None => *replay = None,
+                    }
+                }
+                live.recv().await
+            }
         }
     }
 }

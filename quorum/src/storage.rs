@@ -53,7 +53,8 @@ pub enum StorageError {
 /// - Commands are executed in the order given; [`Storage::sync`] makes every
 ///   command executed so far durable, and returns only then.
 /// - After a crash, [`Storage::recover`] returns a prefix of the executed
-///   commands' effects (a torn last record is discarded), never a hole.
+///   commands' effects (a torn last record is discarded), never a hole; a
+///   damaged record anywhere else is an error, never skipped.
 /// - `Append` continues the log contiguously; `TruncateAfter` and
 ///   `InstallSnapshot` are atomic once synced.
 /// - Only `SnapshotChunk` and `InstallSnapshot` may fail with
@@ -61,8 +62,13 @@ pub enum StorageError {
 ///   then change nothing the peer had.
 /// - Every call runs on one thread at a time (all write IO is serialised).
 pub trait Storage: Send + 'static {
-    /// Reads what is durable.
-    fn recover(&mut self) -> Result<Recovered, StorageError>;
+    /// Reads what is durable: the epochs, the newest valid snapshot and the
+    /// sync marker (with `log` empty), and the log after that snapshot as a
+    /// [`RecoveredLog`] the driver reads in bounded batches, so that a long
+    /// log is never held whole. The reader is independent of `self` (the
+    /// storage thread takes `self` meanwhile) and is read to its end before
+    /// the peer writes anything.
+    fn recover(&mut self) -> Result<(Recovered, RecoveredLog), StorageError>;
     /// Executes one command (it need not be durable before `sync`).
     fn execute(&mut self, cmd: StorageCmd) -> Result<(), StorageError>;
     /// Makes every executed command durable.
@@ -85,6 +91,76 @@ pub trait Storage: Send + 'static {
     /// is durable first, as for its own appends.
     fn direct_log(&self) -> Option<Box<dyn DirectLog>> {
         None
+    }
+}
+
+/// The durable log after the recovered snapshot, in order, read on demand
+/// ([`Storage::recover`]): only the batch asked for is in memory.
+///
+/// # Correctness
+/// Entries come contiguous and checked as storage checks them (`rzk-wal`:
+/// every record's CRC again, and contiguity). A record that does not read
+/// back is an error that ends the log ([`StorageError::Failed`], naming the
+/// file and offset); only a torn *last* record is cut, and that was done when
+/// storage was opened.
+pub struct RecoveredLog {
+    entries: Box<dyn Iterator<Item = Result<Entry, StorageError>> + Send>,
+    /// Set once the iterator ended or failed: it yields nothing more.
+    done: bool,
+}
+
+impl RecoveredLog {
+    /// A log read from `entries`, in order.
+    pub fn new(
+        entries: impl Iterator<Item = Result<Entry, StorageError>> + Send + 'static,
+    ) -> RecoveredLog {
+        RecoveredLog {
+            entries: Box::new(entries),
+            done: false,
+        }
+    }
+
+    /// A log held in memory (tests).
+    pub fn from_entries(entries: Vec<Entry>) -> RecoveredLog {
+        RecoveredLog::new(entries.into_iter().map(Ok))
+    }
+
+    /// The next entries: at most `entries_max`, and no more payload bytes than
+    /// `bytes_max` unless one entry alone is larger (at least one entry while
+    /// any is left). Empty at the end of the log. After an error it returns
+    /// empty batches.
+    pub fn next_batch(
+        &mut self,
+        entries_max: usize,
+        bytes_max: usize,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let mut batch = Vec::new();
+        let mut bytes = 0usize;
+        while !self.done && batch.len() < entries_max.max(1) {
+            match self.entries.next() {
+                Some(Ok(e)) => {
+                    bytes += e.payload.len();
+                    batch.push(e);
+                    if bytes >= bytes_max {
+                        break;
+                    }
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                None => self.done = true,
+            }
+        }
+        Ok(batch)
+    }
+}
+
+impl std::fmt::Debug for RecoveredLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecoveredLog")
+            .field("done", &self.done)
+            .finish()
     }
 }
 
@@ -231,15 +307,17 @@ impl MemStorage {
 }
 
 impl Storage for MemStorage {
-    fn recover(&mut self) -> Result<Recovered, StorageError> {
+    fn recover(&mut self) -> Result<(Recovered, RecoveredLog), StorageError> {
         self.incoming = None;
         let s = self.state.lock().expect("not poisoned");
-        Ok(Recovered {
+        let recovered = Recovered {
             epochs: s.epochs,
             snapshot: s.snapshot.as_ref().map(|x| x.0),
-            log: s.log.clone(),
+            log: Vec::new(),
             sync_in_progress: s.sync_in_progress,
-        })
+        };
+        // Not a disk: a copy stands for the file the log would be read from.
+        Ok((recovered, RecoveredLog::from_entries(s.log.clone())))
     }
 
     fn execute(&mut self, cmd: StorageCmd) -> Result<(), StorageError> {

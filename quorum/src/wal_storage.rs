@@ -40,8 +40,8 @@ use rzk_zxid::{Epoch, Zxid};
 use crate::core::{Epochs, ReadCmd, ReadData, Recovered, SnapshotRef, StorageCmd, SyncMode};
 use crate::message::Entry;
 use crate::storage::{
-    DirectLog, Durable, SinkError, SnapshotSink, Storage, StorageError, StorageReader,
-    WrittenSnapshot,
+    DirectLog, Durable, RecoveredLog, SinkError, SnapshotSink, Storage, StorageError,
+    StorageReader, WrittenSnapshot,
 };
 use crate::{PeerId, SnapshotSource};
 
@@ -215,7 +215,7 @@ impl WalStorage {
 }
 
 impl Storage for WalStorage {
-    fn recover(&mut self) -> Result<Recovered, StorageError> {
+    fn recover(&mut self) -> Result<(Recovered, RecoveredLog), StorageError> {
         self.incoming = None;
         let accepted = self.wal.accepted_epoch().map_err(err)?;
         let current = self.wal.current_epoch().map_err(err)?;
@@ -229,24 +229,27 @@ impl Storage for WalStorage {
             self.reader.keep_open(file);
             r
         });
-        let mut log = Vec::new();
-        for r in rebuild.records {
-            let r = r.map_err(err)?;
-            log.push(Entry {
+        // Streamed: the reader checks every record's CRC and contiguity again
+        // as it reads (a damaged record ends it with an error naming the file
+        // and offset); the log's open already cut a torn tail.
+        let log = RecoveredLog::new(rebuild.records.map(|r| {
+            r.map(|r| Entry {
                 zxid: r.zxid,
                 payload: r.payload,
-            });
-        }
-        Ok(Recovered {
+            })
+            .map_err(err)
+        }));
+        let recovered = Recovered {
             epochs: Epochs {
                 accepted,
                 accepted_from: self.read_from_file(accepted),
                 current,
             },
             snapshot,
-            log,
+            log: Vec::new(),
             sync_in_progress: self.wal.sync_marker().map_err(err)?.is_some(),
-        })
+        };
+        Ok((recovered, log))
     }
 
     fn execute(&mut self, cmd: StorageCmd) -> Result<(), StorageError> {

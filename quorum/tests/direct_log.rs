@@ -9,7 +9,8 @@ use bytes::Bytes;
 use rzk_quorum::core::{Config, Recovered, SnapshotRef, StorageCmd};
 use rzk_quorum::message::Entry;
 use rzk_quorum::storage::{
-    DirectLog, Durable, MemStorage, Storage, StorageError, StorageReader, WrittenSnapshot,
+    DirectLog, Durable, MemStorage, RecoveredLog, Storage, StorageError, StorageReader,
+    WrittenSnapshot,
 };
 use rzk_quorum::transport::MemNetwork;
 use rzk_quorum::{
@@ -38,7 +39,7 @@ impl DirectLog for ArmedLog {
 }
 
 impl Storage for FullWhenArmed {
-    fn recover(&mut self) -> Result<Recovered, StorageError> {
+    fn recover(&mut self) -> Result<(Recovered, RecoveredLog), StorageError> {
         self.inner.recover()
     }
     fn execute(&mut self, cmd: StorageCmd) -> Result<(), StorageError> {

@@ -184,6 +184,14 @@ pub struct ServerConfig {
     /// rollover happen every few thousand writes instead of every four
     /// billion. Values below [`ZXID_COUNTER_LIMIT_MIN`] are refused.
     pub zxid_counter_limit: u32,
+    /// `rzk.log.windowEntriesMax`: log entries a member keeps in memory beyond
+    /// those not yet applied (default: the quorum core's, 10,000). A learner
+    /// further behind is sent the older entries read from the durable log.
+    /// `None` keeps the core's default.
+    pub log_window_entries_max: Option<usize>,
+    /// `rzk.log.windowBytesMax`: the same bound in payload bytes (default:
+    /// the quorum core's, 64 MiB).
+    pub log_window_bytes_max: Option<u64>,
     /// `secureClientPort` and `secureClientPortAddress`: where TLS clients
     /// connect (none by default). The address defaults as `clientPortAddress`
     /// does.
@@ -338,6 +346,8 @@ impl Default for ServerConfig {
             my_id: None,
             log_format: crate::logging::LogFormat::Text,
             zxid_counter_limit: u32::MAX,
+            log_window_entries_max: None,
+            log_window_bytes_max: None,
             secure_client_addr: None,
             tls: TlsSettings::default(),
             ssl_quorum: false,
@@ -587,6 +597,9 @@ impl ServerConfig {
                     ));
                 }
             }
+            // The simulator checks windows from 2 entries and 64 bytes up.
+            "rzk.log.windowEntriesMax" => self.log_window_entries_max = Some(at_least(s, 2)?),
+            "rzk.log.windowBytesMax" => self.log_window_bytes_max = Some(at_least(s, 64)?),
             "observerMasterPort" => self.observer_master_port = Some(observer_master_port(s)?),
             key if key.starts_with("observerMasterPort.") => {
                 let id = key["observerMasterPort.".len()..]
@@ -1331,6 +1344,28 @@ mod tests {
             ServerConfig::parse("! bang comment\n  tickTime : 1000\nclientPort 3000\n").unwrap();
         assert_eq!(cfg.tick_time_ms, 1000);
         assert_eq!(cfg.client_addr.port(), 3000);
+    }
+
+    #[test]
+    fn the_log_window_keys_have_minimums_and_default_to_the_core() {
+        let cfg = ServerConfig::parse("").unwrap();
+        assert_eq!(
+            (cfg.log_window_entries_max, cfg.log_window_bytes_max),
+            (None, None)
+        );
+        let cfg =
+            ServerConfig::parse("rzk.log.windowEntriesMax=500\nrzk.log.windowBytesMax=1048576\n")
+                .unwrap();
+        assert_eq!(cfg.log_window_entries_max, Some(500));
+        assert_eq!(cfg.log_window_bytes_max, Some(1 << 20));
+        for bad in [
+            "rzk.log.windowEntriesMax=1",
+            "rzk.log.windowEntriesMax=x",
+            "rzk.log.windowBytesMax=63",
+        ] {
+            let err = ServerConfig::parse(bad).unwrap_err().to_string();
+            assert!(err.contains(bad.split('=').next().unwrap()), "{bad}: {err}");
+        }
     }
 
     #[test]

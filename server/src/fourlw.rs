@@ -259,6 +259,14 @@ fn replication_rows(st: &ServerStats, rows: &mut Vec<(&'static str, String)>) {
     rows.push(("rzk_learner_snap_count", snap.to_string()));
     rows.push(("rzk_commit_stream_lag", st.quorum.commit_lag.to_string()));
     rows.push((
+        "rzk_log_window_dropped",
+        st.quorum.window.dropped.to_string(),
+    ));
+    rows.push((
+        "rzk_diff_from_disk_count",
+        st.quorum.window.diffs_from_disk.to_string(),
+    ));
+    rows.push((
         "rzk_last_snapshot_bytes",
         r.last_snapshot.map_or(0, |s| s.size_bytes).to_string(),
     ));

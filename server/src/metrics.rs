@@ -31,7 +31,10 @@
 //! syncs sent as leader), `rzk_learner_{diff,trunc,snap}_count` (syncs gone
 //! through as a learner), `rzk_group_commit_size` (txns per fsync),
 //! `rzk_commit_stream_lag` (txns committed and handed over, not yet applied),
-//! `rzk_last_snapshot_bytes`. The BASIC summaries' median is over the most
+//! `rzk_last_snapshot_bytes`, `rzk_log_window_dropped` (log entries dropped
+//! from memory by the bounded window, `rzk.log.windowEntriesMax`),
+//! `rzk_diff_from_disk_count` (DIFF syncs sent as leader whose entries were
+//! read from the durable log). The BASIC summaries' median is over the most
 //! recent 256 values.
 //!
 //! Differences: ZooKeeper's summaries cover a sliding 10-minute window; rzk's
@@ -131,6 +134,11 @@ fn replication_families(st: &ServerStats) -> Vec<MetricFamily> {
         counter("rzk_learner_snap_count", st.quorum.learner_syncs[2] as f64),
         basic_summary("rzk_group_commit_size", &r.group_commit_size),
         gauge("rzk_commit_stream_lag", st.quorum.commit_lag as f64),
+        counter("rzk_log_window_dropped", st.quorum.window.dropped as f64),
+        counter(
+            "rzk_diff_from_disk_count",
+            st.quorum.window.diffs_from_disk as f64,
+        ),
         gauge(
             "rzk_last_snapshot_bytes",
             r.last_snapshot.map_or(0, |s| s.size_bytes) as f64,

@@ -255,6 +255,14 @@ fn core_config(config: &ServerConfig, m: &Membership) -> Config {
     // I3: the leader rolls to the next epoch at this counter (a test knob;
     // the default is the whole 32-bit counter).
     c.counter_limit = rzk_zxid::CounterLimit::new(config.zxid_counter_limit);
+    // The bounded in-memory log (zoo.cfg rzk.log.window*); the core's
+    // defaults otherwise.
+    if let Some(n) = config.log_window_entries_max {
+        c.log_window_entries_max = n;
+    }
+    if let Some(n) = config.log_window_bytes_max {
+        c.log_window_bytes_max = n;
+    }
     if m.voters.len() == 1 {
         // Nobody else can vote: the election is decided at once.
         c.finalize_wait = 0;

@@ -128,6 +128,9 @@ pub(crate) struct QuorumView {
     pub commit_lag: u64,
     /// Syncs this member went through as a learner: DIFF, TRUNC, SNAP.
     pub learner_syncs: [u64; 3],
+    /// The bounded in-memory log: entries dropped from memory, and learner
+    /// syncs whose DIFF was read from the durable log.
+    pub window: rzk_quorum::core::WindowCounts,
 }
 
 /// One client connection.
@@ -412,6 +415,7 @@ impl Core {
                 },
                 replication: q.metrics,
                 learner_syncs: q.syncs,
+                window: q.window,
             },
             uptime_ms: self.started.elapsed().as_millis() as u64,
             node_count: self.tree.node_count(),

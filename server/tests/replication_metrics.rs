@@ -219,3 +219,46 @@ fn ensemble_counts_elections_snap_syncs_and_commits() {
         e.stop_all().await;
     });
 }
+
+/// `rzk.log.windowEntriesMax` reaches the quorum core: with a window of 100
+/// entries, 300 creates leave at most 100 applied entries in memory and the
+/// rest are counted as dropped (`rzk_log_window_dropped`, in mntr and
+/// `/metrics`); the default window (10,000) drops none of them.
+#[tokio::test]
+async fn the_log_window_from_zoo_cfg_bounds_the_entries_held() {
+    let mut dropped = Vec::new();
+    for window in [Some(100), None] {
+        let dir = tempfile::tempdir().unwrap();
+        let mport = free_port();
+        let mut lines = vec![
+            "metricsProvider.className=org.apache.zookeeper.metrics.prometheus.PrometheusMetricsProvider"
+                .to_owned(),
+            "metricsProvider.httpHost=127.0.0.1".into(),
+            format!("metricsProvider.httpPort={mport}"),
+        ];
+        if let Some(w) = window {
+            lines.push(format!("rzk.log.windowEntriesMax={w}"));
+        }
+        let mut server = Rzk::spawn(dir.path(), &lines);
+        server.wait_ready().await;
+        let c = client(&server.addr(), Duration::from_secs(10)).await;
+        for i in 0..300 {
+            c.create(&format!("/w{i}"), b"x", &open()).await.unwrap();
+        }
+        // Every create was answered, so applied: the window has been trimmed.
+        let mntr = opskit::four_letter(&server.addr(), "mntr").await;
+        let (_, _, body) = http_get(&format!("127.0.0.1:{mport}"), "/metrics").await;
+        assert!(
+            body.contains("# TYPE rzk_log_window_dropped counter\n"),
+            "{body}"
+        );
+        let n = mntr_num(&mntr, "rzk_log_window_dropped");
+        assert_eq!(sample(&body, "rzk_log_window_dropped"), n, "{body}");
+        assert_eq!(mntr_num(&mntr, "rzk_diff_from_disk_count"), 0.0, "{mntr}");
+        dropped.push(n);
+    }
+    // 300 creates and the session's create: 301 txns (an election's
+    // rollover may add one), of which at most 100 stay.
+    assert!(dropped[0] >= 201.0, "window 100 dropped {}", dropped[0]);
+    assert_eq!(dropped[1], 0.0, "the default window dropped {}", dropped[1]);
+}

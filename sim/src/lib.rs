@@ -262,6 +262,9 @@ struct Node {
 struct World {
     opts: Options,
     rng: ChaCha8Rng,
+    /// The sizes of the batches a restart replays its log in: their own RNG,
+    /// so a seed's run is what it was before the replay was batched.
+    replay_rng: ChaCha8Rng,
     now: u64,
     seq: u64,
     events: BTreeMap<(u64, u64), Event>,
@@ -447,6 +450,7 @@ impl World {
         let snap_window = (snap_chunk * rng.random_range(1..5)) as u64;
         let window = (rng.random_range(2..48), rng.random_range(64..2048));
         World {
+            replay_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x7e91_a700_7e91_a700),
             window,
             snap_chunk,
             snap_window,
@@ -567,16 +571,27 @@ impl World {
         let rec = Recovered {
             epochs: n.disk.epochs,
             snapshot: n.disk.snapshot.as_ref().map(|s| s.0),
-            log: n.disk.log.clone(),
+            log: Vec::new(),
             sync_in_progress: n.disk.marker,
         };
+        let log = n.disk.log.clone();
         let cfg = self.config(i);
-        let (peer, out) = Peer::new(cfg, rec, Tick(self.now)).map_err(|e| {
-            violation(
-                "Recovery",
-                format!("{:?} cannot restart: {e}", self.nodes[i].id),
-            )
-        })?;
+        let cannot = |id: PeerId, e: rzk_quorum::core::CoreError| {
+            violation("Recovery", format!("{id:?} cannot restart: {e}"))
+        };
+        let id = self.nodes[i].id;
+        let mut peer = Peer::recover(cfg, rec, Tick(self.now)).map_err(|e| cannot(id, e))?;
+        // The log is replayed in batches of a random size, as the driver
+        // streams it from storage, so every restart exercises the batching.
+        let batch_max = self.replay_rng.random_range(1..=8usize);
+        let mut out = Vec::new();
+        let mut rest = log.into_iter().peekable();
+        while rest.peek().is_some() {
+            let n = self.replay_rng.random_range(1..=batch_max);
+            let batch: Vec<_> = rest.by_ref().take(n).collect();
+            out.extend(peer.replay(batch).map_err(|e| cannot(id, e))?);
+        }
+        out.extend(peer.finish_recovery());
         self.nodes[i].peer = Some(peer);
         let inc = self.nodes[i].incarnation;
         let at = self.now + 1 + self.rng.random_range(0..TICK_MS);

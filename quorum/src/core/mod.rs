@@ -199,7 +199,11 @@ pub struct Recovered {
     pub epochs: Epochs,
     /// The newest valid snapshot, if any.
     pub snapshot: Option<SnapshotRef>,
-    /// The durable log entries (those at or below the snapshot are ignored).
+    /// The durable log entries (those at or below the snapshot are ignored),
+    /// for [`Peer::new`], which replays them as one batch. Empty for
+    /// [`Peer::recover`]: a driver streams a long log in bounded batches
+    /// through [`Peer::replay`] instead (storage hands it out as a
+    /// [`crate::storage::RecoveredLog`]).
     pub log: Vec<Entry>,
     /// Whether a sync was in progress when the peer stopped.
     pub sync_in_progress: bool,
@@ -661,6 +665,10 @@ pub struct WindowCounts {
     pub diffs_from_disk: u64,
     /// [`ReadCmd::Log`] reads issued for them.
     pub log_reads: u64,
+    /// The most log entries held in memory at once (the window, entries
+    /// waiting for a rollover to commit, and what one step or one replayed
+    /// batch added before the window was trimmed again).
+    pub held_max: u64,
 }
 
 /// What a read was for.
@@ -755,13 +763,37 @@ pub struct Peer {
     next_read: u64,
     /// Elections started since this peer began.
     elections: u64,
+    /// `Some(sync_in_progress)` between [`Peer::recover`] and
+    /// [`Peer::finish_recovery`].
+    recovering: Option<bool>,
     state: State,
 }
 
 impl Peer {
-    /// Starts a peer from what its storage recovered. The first outputs hand the
-    /// snapshot to the state machine and start an election.
-    pub fn new(cfg: Config, rec: Recovered, now: Tick) -> Result<(Peer, Vec<Output>), CoreError> {
+    /// Starts a peer from what its storage recovered, with the whole log in
+    /// `rec.log` (one batch). The first outputs hand the snapshot to the state
+    /// machine and start an election. Equivalent to [`Peer::recover`], one
+    /// [`Peer::replay`] of `rec.log` and [`Peer::finish_recovery`], whose
+    /// outputs it returns together; a driver that streams a long log uses those
+    /// three instead, so that no more than the window and one batch of it is
+    /// in memory at once.
+    pub fn new(
+        cfg: Config,
+        mut rec: Recovered,
+        now: Tick,
+    ) -> Result<(Peer, Vec<Output>), CoreError> {
+        let log = std::mem::take(&mut rec.log);
+        let mut peer = Peer::recover(cfg, rec, now)?;
+        let mut out = peer.replay(log)?;
+        out.extend(peer.finish_recovery());
+        Ok((peer, out))
+    }
+
+    /// Starts recovering a peer from its durable epochs, snapshot and sync
+    /// marker; `rec.log` must be empty: the log after the snapshot follows in
+    /// order through [`Peer::replay`], then [`Peer::finish_recovery`] starts
+    /// the election. Until then the peer takes no [`Peer::step`].
+    pub fn recover(cfg: Config, rec: Recovered, now: Tick) -> Result<Peer, CoreError> {
         cfg.validate()?;
         if rec.epochs.current > rec.epochs.accepted {
             return Err(CoreError::RecoveredEpochs(format!(
@@ -769,28 +801,11 @@ impl Peer {
                 rec.epochs.current, rec.epochs.accepted
             )));
         }
+        assert!(rec.log.is_empty(), "the log is given through Peer::replay");
         let snapshot = rec.snapshot.unwrap_or(SnapshotRef::EMPTY);
-        let mut log = VecDeque::new();
-        let mut prev = snapshot.zxid;
-        for e in rec.log.into_iter().filter(|e| e.zxid > snapshot.zxid) {
-            if !e.zxid.is_next(prev) {
-                return Err(CoreError::RecoveredLogGap { prev, next: e.zxid });
-            }
-            prev = e.zxid;
-            log.push_back(e);
-        }
-        // Entries of an epoch are written only after that epoch was accepted (a
-        // rollover's next epoch after its fence), so the log can never be ahead of
-        // acceptedEpoch.
-        if prev.epoch() > rec.epochs.accepted {
-            return Err(CoreError::RecoveredEpochs(format!(
-                "log reaches {prev} but acceptedEpoch is {}",
-                rec.epochs.accepted
-            )));
-        }
         let durable = Durable {
-            last: prev,
-            ackable: prev,
+            last: snapshot.zxid,
+            ackable: snapshot.zxid,
             epochs: rec.epochs,
         };
         let mut peer = Peer {
@@ -798,8 +813,8 @@ impl Peer {
             out: Vec::new(),
             durable,
             written_epochs: rec.epochs,
-            log_bytes: log.iter().map(|e| e.payload.len() as u64).sum(),
-            log,
+            log_bytes: 0,
+            log: VecDeque::new(),
             log_base: snapshot.zxid,
             log_start: snapshot.zxid,
             disk_segs: VecDeque::new(),
@@ -821,30 +836,83 @@ impl Peer {
             snapshot,
             reads: BTreeMap::new(),
             next_read: 1,
+            recovering: Some(rec.sync_in_progress),
             cfg,
         };
-        // I2: the state machine starts from the durable snapshot only. The log
-        // after it is applied once it is known committed (at UPTODATE or when this
-        // peer's leadership is established), because an uncommitted tail may
-        // still be truncated by the next leader.
+        // I2: the state machine starts from the durable snapshot only.
         peer.out.push(Output::ApplySnapshot { snapshot });
-        peer.recompute_gate();
+        Ok(peer)
+    }
+
+    /// The next entries of the recovered durable log, in order and contiguous
+    /// (those at or below the snapshot are skipped). Returns what to do: the
+    /// first call also hands over the snapshot.
+    ///
+    /// The log after the snapshot is applied once it is known committed (at
+    /// UPTODATE or when this peer's leadership is established), because an
+    /// uncommitted tail may still be truncated by the next leader (I2). When
+    /// this peer is the only voter, everything durable on it is durable on a
+    /// quorum, so committed: it is applied here, batch by batch, and the
+    /// window is trimmed as it goes (only applied entries leave it, as in
+    /// [`Config::log_window_entries_max`]), so a restart holds the window and
+    /// one batch, not the whole log. With more voters the entries wait in
+    /// memory for the sync that says which of them are committed.
+    pub fn replay(&mut self, batch: Vec<Entry>) -> Result<Vec<Output>, CoreError> {
+        assert!(self.recovering.is_some(), "replay only during recovery");
+        let mut prev = self.written_last();
+        let accepted = self.durable.epochs.accepted;
+        for e in batch.into_iter().filter(|e| e.zxid > self.snapshot.zxid) {
+            if !e.zxid.is_next(prev) {
+                return Err(CoreError::RecoveredLogGap { prev, next: e.zxid });
+            }
+            // Entries of an epoch are written only after that epoch was
+            // accepted (a rollover's next epoch after its fence), so the log
+            // can never be ahead of acceptedEpoch.
+            if e.zxid.epoch() > accepted {
+                return Err(CoreError::RecoveredEpochs(format!(
+                    "log reaches {} but acceptedEpoch is {accepted}",
+                    e.zxid
+                )));
+            }
+            prev = e.zxid;
+            self.log_bytes += e.payload.len() as u64;
+            self.log.push_back(e);
+        }
+        self.durable.last = prev;
+        self.durable.ackable = prev;
+        if self.cfg.voters.len() == 1 && self.is_voter(self.cfg.id) {
+            // A quorum of one: durable here is committed.
+            self.commit_known = prev;
+            self.apply_through(prev);
+        }
+        self.trim_window();
+        Ok(std::mem::take(&mut self.out))
+    }
+
+    /// The recovered log is all given ([`Peer::replay`]): the peer starts its
+    /// election. Returns what to do.
+    pub fn finish_recovery(&mut self) -> Vec<Output> {
+        let sync_in_progress = self
+            .recovering
+            .take()
+            .expect("finish_recovery once, after Peer::recover");
+        self.recompute_gate();
         // A SNAP install interrupted before its currentEpoch was written (see
         // `raise_current_to_snapshot`) is completed here.
-        peer.raise_current_to_snapshot(snapshot.zxid);
-        if rec.sync_in_progress {
+        self.raise_current_to_snapshot(self.snapshot.zxid);
+        if sync_in_progress {
             // The last sync was interrupted. Everything this peer will advertise
             // comes from the log just recovered (a prefix of that leader's
             // history, written in order), so the marker can be cleared.
-            peer.issue(StorageCmd::EndSync, Effect::Marker);
+            self.issue(StorageCmd::EndSync, Effect::Marker);
         }
-        peer.go_looking();
-        let out = std::mem::take(&mut peer.out);
-        Ok((peer, out))
+        self.go_looking();
+        std::mem::take(&mut self.out)
     }
 
     /// Feeds one input; returns what to do, in order.
     pub fn step(&mut self, now: Tick, input: Input) -> Vec<Output> {
+        debug_assert!(self.recovering.is_none(), "a step before finish_recovery");
         if now > self.now {
             self.now = now;
         }
@@ -1339,6 +1407,12 @@ impl Peer {
             .commit_known
             .min(self.durable.last)
             .min(self.written_last());
+        self.apply_through(target);
+    }
+
+    /// Hands the entries in `(applied, target]` to the state machine: the
+    /// caller knows them committed and durable.
+    fn apply_through(&mut self, target: Zxid) {
         if target <= self.applied {
             return;
         }
@@ -1431,6 +1505,10 @@ impl Peer {
             self.cfg.log_window_entries_max,
             self.cfg.log_window_bytes_max,
         );
+        // The log grows only inside a step or a replayed batch, and this runs
+        // at the end of each: so this is the most it ever held.
+        let held = (self.log.len() + self.blocked.len()) as u64;
+        self.window_counts.held_max = self.window_counts.held_max.max(held);
         while self.log.len() > entries_max || self.log_bytes > bytes_max {
             let Some(front) = self.log.front() else {
                 return;

@@ -2065,3 +2065,84 @@ fn restart_replays_a_log_longer_than_the_window() {
     assert_eq!(p.log_entries_in_memory(), 3);
     assert_eq!(p.window_counts().dropped, 7);
 }
+
+/// Replays `log` into a recovering peer in batches of `batch` entries;
+/// returns the peer, every output, and the most entries it held at once.
+fn replay_in_batches(c: Config, log: Vec<Entry>, batch: usize) -> (Peer, Vec<Output>) {
+    let mut p = Peer::recover(c, recovered(vec![], 1, 1), Tick(0)).expect("starts");
+    let mut out = Vec::new();
+    for chunk in log.chunks(batch) {
+        out.extend(p.replay(chunk.to_vec()).expect("contiguous"));
+    }
+    out.extend(p.finish_recovery());
+    (p, out)
+}
+
+/// Issue 11: a restart streams its log through the core in batches. A single
+/// voter applies each batch as it comes (durable on its quorum of one means
+/// committed) and trims to its window, so it never holds more than the
+/// window and one batch, and every entry is applied once, in order, before
+/// the election starts. (Checked by hand: replayed as one batch, `held_max`
+/// is the whole log and this fails.)
+#[test]
+fn a_single_voter_replays_a_long_log_within_the_window_and_one_batch() {
+    let mut c = Config::new(PeerId(1), [PeerId(1)]);
+    c.finalize_wait = 0;
+    c.log_window_entries_max = 10;
+    let log: Vec<Entry> = (1..=500).map(|k| entry(1, k)).collect();
+    let (p, out) = replay_in_batches(c, log, 7);
+    assert!(matches!(out.first(), Some(Output::ApplySnapshot { .. })));
+    assert_eq!(
+        applied(&out),
+        (1..=500).map(|k| z(1, k)).collect::<Vec<_>>()
+    );
+    let started = out
+        .iter()
+        .position(|o| matches!(o, Output::Send { .. } | Output::Storage { .. }))
+        .unwrap_or(out.len());
+    let last_apply = out
+        .iter()
+        .rposition(|o| matches!(o, Output::Apply(_)))
+        .unwrap();
+    assert!(last_apply < started, "the replay comes before the election");
+    let held = p.window_counts().held_max;
+    assert!(held <= 10 + 7, "held {held} entries");
+    assert!(held > 10, "a batch lands on a full window: {held}");
+    assert_eq!(p.log_entries_in_memory(), 10);
+    assert_eq!(p.last_durable_zxid(), z(1, 500));
+    assert_eq!(p.commit_known(), z(1, 500));
+}
+
+/// With more than one voter nothing recovered is known committed before the
+/// sync (I2: the next leader may cut an uncommitted tail), so the replay
+/// applies nothing and keeps every entry, whatever the batches.
+#[test]
+fn a_voter_of_three_applies_nothing_of_its_log_before_its_sync() {
+    let mut c = cfg(1);
+    c.log_window_entries_max = 3;
+    let log: Vec<Entry> = (1..=20).map(|k| entry(1, k)).collect();
+    let (p, out) = replay_in_batches(c, log, 4);
+    assert!(applied(&out).is_empty());
+    assert_eq!(p.log_entries_in_memory(), 20);
+    assert_eq!(p.last_durable_zxid(), z(1, 20));
+    assert_eq!(p.applied(), Zxid::ZERO);
+}
+
+#[test]
+fn a_replayed_batch_that_does_not_continue_the_log_is_refused() {
+    let mut p = Peer::recover(cfg(1), recovered(vec![], 1, 1), Tick(0)).expect("starts");
+    p.replay(vec![entry(1, 1), entry(1, 2)])
+        .expect("contiguous");
+    assert_eq!(
+        p.replay(vec![entry(1, 4)]).unwrap_err(),
+        CoreError::RecoveredLogGap {
+            prev: z(1, 2),
+            next: z(1, 4)
+        }
+    );
+    let mut p = Peer::recover(cfg(1), recovered(vec![], 1, 1), Tick(0)).expect("starts");
+    assert!(matches!(
+        p.replay(vec![entry(2, 1)]),
+        Err(CoreError::RecoveredEpochs(_))
+    ));
+}
