@@ -20,6 +20,7 @@
 # A BINARY may carry settings: 'one=env TOKIO_WORKER_THREADS=1 target/release/rzk'.
 # MNTR=1: after each run, the members' mntr counters over the run (fsyncs,
 # txns per group commit, proposals, COMMITs received by learners), summed.
+# FORCE_SYNC=no: every member with forceSync=no (the path without the disk's fsync).
 # Environment: RZK_BENCH_BIN (default target/release/rzk-bench), KEEP=1 keeps
 # the work dir (members' logs).
 set -euo pipefail
@@ -90,7 +91,7 @@ start_ensemble() {
       echo "4lw.commands.whitelist=*"
       echo "admin.enableServer=false"
       echo "snapCount=100000"
-      echo "forceSync=yes"
+      echo "forceSync=${FORCE_SYNC:-yes}"
       printf '%s' "$lines"
     } >"$m/zoo.cfg"
     # shellcheck disable=SC2086 # BINARY may be "env VAR=VALUE ... /path/rzk"
