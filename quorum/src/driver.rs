@@ -199,7 +199,9 @@ impl ZabReplicator {
             cfg.replay_batch_entries_max.max(1),
             cfg.replay_batch_bytes_max.max(1),
         );
-        let (replay_tx, replay_rx) = mpsc::channel(cfg.replay_batch_entries_max.max(1));
+        // One batch in the channel, one being read from the stream, one
+        // waiting in the driver: what a slow state machine lets queue.
+        let (replay_tx, replay_rx) = mpsc::channel(1);
         let voters = cfg.core.voters.len();
         let reader = storage.reader();
         let direct = storage.direct_log();
@@ -638,7 +640,7 @@ struct Driver<T: Transport> {
     commit_tx: mpsc::UnboundedSender<Committed>,
     /// The start-up replay's bounded channel, which the commit stream drains
     /// before `commit_tx`; dropped once the recovered log is replayed.
-    replaying: Option<mpsc::Sender<Committed>>,
+    replaying: Option<mpsc::Sender<Vec<Committed>>>,
     /// Items for `replaying`, sent (waiting for room) after each step.
     replayed: Vec<Committed>,
     shared: Arc<Shared>,
@@ -844,7 +846,9 @@ impl<T: Transport> Driver<T> {
     }
 
     /// Sends what the last replayed batch delivered into the bounded replay
-    /// channel, waiting for room (the state machine's pace).
+    /// channel as one item, waiting for room (the state machine's pace): one
+    /// hand-over per batch (per item, a full channel cost a wake-up of each
+    /// side per txn, which a loaded machine turned into a slower restart).
     async fn send_replayed(
         &mut self,
         cmds: &mut mpsc::UnboundedReceiver<Cmd>,
@@ -853,17 +857,18 @@ impl<T: Transport> Driver<T> {
         let Some(tx) = self.replaying.clone() else {
             return Ok(());
         };
-        for item in std::mem::take(&mut self.replayed) {
-            loop {
-                tokio::select! {
-                    biased;
-                    c = cmds.recv() => self.on_replay_cmd(c, stash)?,
-                    permit = tx.reserve() => {
-                        // The stream's reader is gone: nobody needs the rest.
-                        let permit = permit.map_err(|_| ReplicateError::Shutdown)?;
-                        permit.send(item);
-                        break;
-                    }
+        if self.replayed.is_empty() {
+            return Ok(());
+        }
+        let mut batch = Some(std::mem::take(&mut self.replayed));
+        while batch.is_some() {
+            tokio::select! {
+                biased;
+                c = cmds.recv() => self.on_replay_cmd(c, stash)?,
+                permit = tx.reserve() => {
+                    // The stream's reader is gone: nobody needs the rest.
+                    let permit = permit.map_err(|_| ReplicateError::Shutdown)?;
+                    permit.send(batch.take().expect("checked by the loop"));
                 }
             }
         }

@@ -551,11 +551,14 @@ enum CommitRx {
     /// state machine, so it feeds an unbounded channel; the server bounds what is
     /// in flight by its limit on outstanding requests.
     Unbounded(mpsc::UnboundedReceiver<Committed>),
-    /// The start-up replay through a bounded channel (the driver waits for
-    /// room, so a long log is never queued whole), then, once its sender is
-    /// gone, the live stream.
+    /// The start-up replay in batches through a bounded channel (the driver
+    /// waits for room, so a long log is never queued whole; one hand-over
+    /// per batch, not per item), then, once its sender is gone, the live
+    /// stream.
     ReplayThen {
-        replay: Option<mpsc::Receiver<Committed>>,
+        replay: Option<mpsc::Receiver<Vec<Committed>>>,
+        /// The rest of the replayed batch being read.
+        batch: std::vec::IntoIter<Committed>,
         live: mpsc::UnboundedReceiver<Committed>,
     },
 }
@@ -576,15 +579,17 @@ impl CommitStream {
     }
 
     /// Wraps the two channels of a replicator that replays its recovered
-    /// history through a bounded channel: every item of `replay`, until its
-    /// sender is dropped, comes before any item of `live`.
+    /// history in batches through a bounded channel: every item of `replay`'s
+    /// batches, in order, until its sender is dropped, comes before any item
+    /// of `live`.
     pub fn replay_then(
-        replay: mpsc::Receiver<Committed>,
+        replay: mpsc::Receiver<Vec<Committed>>,
         live: mpsc::UnboundedReceiver<Committed>,
     ) -> CommitStream {
         CommitStream {
             rx: CommitRx::ReplayThen {
                 replay: Some(replay),
+                batch: Vec::new().into_iter(),
                 live,
             },
         }
@@ -595,15 +600,22 @@ impl CommitStream {
         match &mut self.rx {
             CommitRx::Bounded(rx) => rx.recv().await,
             CommitRx::Unbounded(rx) => rx.recv().await,
-            CommitRx::ReplayThen { replay, live } => {
-                if let Some(rx) = replay.as_mut() {
-                    match rx.recv().await {
-                        Some(item) => return Some(item),
-                        None => *replay = None,
-                    }
+            CommitRx::ReplayThen {
+                replay,
+                batch,
+                live,
+            } => loop {
+                if let Some(item) = batch.next() {
+                    return Some(item);
                 }
-                live.recv().await
-            }
+                let Some(rx) = replay.as_mut() else {
+                    return live.recv().await;
+                };
+                match rx.recv().await {
+                    Some(next) => *batch = next.into_iter(),
+                    None => *replay = None,
+                }
+            },
         }
     }
 }

@@ -182,10 +182,11 @@ async fn a_restart_streams_a_log_fifty_times_the_window_in_bounded_batches() {
         held > WINDOW as u64,
         "batches land on a full window: {held}"
     );
-    // What was applied and not yet read: the replay channel (one batch) and
-    // the batch being sent into it, never the log.
+    // What was applied and not yet read: the batch the stream is reading,
+    // the one in the replay channel and the one waiting to enter it, never
+    // the log.
     assert!(
-        seen.ahead_max <= 2 * BATCH as u64 + 1,
+        seen.ahead_max <= 3 * BATCH as u64,
         "the replay ran {} entries ahead of the state machine",
         seen.ahead_max
     );
