@@ -554,7 +554,8 @@ impl Core {
                     }
                     None => { rx_open = false; self.begin_shutdown(); }
                 },
-                _ = std::future::ready(()), if self.tree.snapshot_in_progress() => {
+                // Idle: a step of the snapshot in progress, once its writer has room.
+                _ = crate::snapshot::snapshot_room(&self.snapshot_out), if self.tree.snapshot_in_progress() => {
                     self.snapshot_step();
                 }
             }

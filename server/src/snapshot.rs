@@ -15,9 +15,20 @@ use crate::tree::{DataTree, SessionRecord};
 /// millisecond, cost creates a quarter of their rate while snapshots ran;
 /// BENCHMARKS.md, "rzk-server restart and snapshots").
 const SNAPSHOT_STEP_NODES: usize = 256;
-/// Nodes a snapshot writes per applied txn, so that it finishes under a
-/// load that never leaves the core idle.
+/// Nodes a snapshot owes per applied txn, so that it finishes under a load
+/// that never leaves the core idle (at most [`SNAPSHOT_OWED_NODES_MAX`] behind
+/// 64 nodes per txn).
 const SNAPSHOT_NODES_PER_TXN: usize = 64;
+/// The most nodes a snapshot may owe before an applied txn pays them all at
+/// once (about a millisecond of serialisation).
+///
+/// Why owe at all: the nodes were written right after each applied txn, so
+/// inside a commit group of 32 txns (32 sessions at 1 in flight) each txn's
+/// reply waited for the steps of the txns before it, 32 × 64 nodes (about
+/// 0.8 ms) at the group's end, while the core sat idle for most of the log's
+/// fdatasync that followed. Owed, they are written in the core's idle steps,
+/// after the group's replies; a core that is never idle pays them here.
+const SNAPSHOT_OWED_NODES_MAX: usize = 2048;
 /// The snapshot leaves the tree in chunks of about this size.
 const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 /// Chunks queued between the core and the task that feeds the replicator's
@@ -35,6 +46,37 @@ struct Chunk {
 /// The core's end of the snapshot being streamed to the replicator.
 pub(crate) struct SnapshotStream {
     chunks: mpsc::Sender<Chunk>,
+    /// How many nodes to write when.
+    pace: SnapshotPace,
+}
+
+/// When the core writes the nodes of a snapshot in progress: each applied
+/// txn owes [`SNAPSHOT_NODES_PER_TXN`], paid by the steps the core takes when
+/// it is idle ([`SNAPSHOT_STEP_NODES`] each), or at once by the applied txn
+/// that brings the debt to [`SNAPSHOT_OWED_NODES_MAX`].
+#[derive(Debug, Default)]
+pub(crate) struct SnapshotPace {
+    owed: usize,
+}
+
+impl SnapshotPace {
+    /// After an applied txn: the nodes to write now. None until the debt is
+    /// at its maximum, then the maximum; none while the writer has no `room`
+    /// (the debt waits for it: the core does not serialise ahead of the disk).
+    pub(crate) fn applied(&mut self, room: bool) -> usize {
+        self.owed += SNAPSHOT_NODES_PER_TXN;
+        if self.owed < SNAPSHOT_OWED_NODES_MAX || !room {
+            return 0;
+        }
+        self.owed -= SNAPSHOT_OWED_NODES_MAX;
+        SNAPSHOT_OWED_NODES_MAX
+    }
+
+    /// When the core is idle: the nodes of one step, which pay the debt.
+    pub(crate) fn idle(&mut self) -> usize {
+        self.owed = self.owed.saturating_sub(SNAPSHOT_STEP_NODES);
+        SNAPSHOT_STEP_NODES
+    }
 }
 
 impl Core {
@@ -49,7 +91,13 @@ impl Core {
     /// first txn applied while serving begins the snapshot that is due.
     pub(crate) fn after_apply(&mut self) {
         if self.tree.snapshot_in_progress() {
-            self.snapshot_step_nodes(SNAPSHOT_NODES_PER_TXN);
+            let now = self.snapshot_out.as_mut().map_or(0, |s| {
+                let room = s.chunks.capacity() > 0;
+                s.pace.applied(room)
+            });
+            if now > 0 {
+                self.snapshot_step_nodes(now);
+            }
         }
         self.txns_since_snapshot += 1;
         if self.txns_since_snapshot >= self.snapshot_after_txns
@@ -91,8 +139,13 @@ impl Core {
         self.snapshot_out.take().is_some()
     }
 
+    /// One step of the snapshot in progress, when the core is idle.
     pub(crate) fn snapshot_step(&mut self) {
-        self.snapshot_step_nodes(SNAPSHOT_STEP_NODES);
+        let nodes = self
+            .snapshot_out
+            .as_mut()
+            .map_or(SNAPSHOT_STEP_NODES, |s| s.pace.idle());
+        self.snapshot_step_nodes(nodes);
     }
 
     fn snapshot_step_nodes(&mut self, budget: usize) {
@@ -107,6 +160,19 @@ impl Core {
     }
 }
 
+/// Resolves when the core may take an idle step of the snapshot in progress:
+/// when the queue to its writer has room. While the writer is behind (a slow
+/// or busy disk), the core waits here instead of serialising the tree ahead
+/// of it into a buffer that grows (and is copied as it grows) without bound.
+/// Never, without a stream (its writer failed: there is nothing to write to).
+pub(crate) async fn snapshot_room(out: &Option<SnapshotStream>) {
+    match out {
+        // A closed queue resolves at once; the step then drops the stream.
+        Some(s) => drop(s.chunks.reserve().await),
+        None => std::future::pending().await,
+    }
+}
+
 impl SnapshotStream {
     /// Starts feeding `writer` from a task; the proposal resolves when the
     /// snapshot is saved (or failed).
@@ -116,7 +182,11 @@ impl SnapshotStream {
         tokio::spawn(async move {
             let _ = done_tx.send(write_chunks(writer, rx).await);
         });
-        (SnapshotStream { chunks: tx }, Proposal::new(done_rx))
+        let stream = SnapshotStream {
+            chunks: tx,
+            pace: SnapshotPace::default(),
+        };
+        (stream, Proposal::new(done_rx))
     }
 }
 
@@ -134,7 +204,11 @@ fn stream_step(
         // No stream (a snapshot loaded meanwhile replaced the tree).
         return false;
     };
-    let room = stream.chunks.capacity() > 0;
+    if stream.chunks.capacity() == 0 {
+        // The writer is behind: no step (what it would produce could only
+        // wait in memory); the txns' debt waits too.
+        return false;
+    }
     if let Some((zxid, rest)) = tree.snapshot_step(budget) {
         tracing::info!(%zxid, "snapshot written; saving");
         let chunks = out.take().expect("checked above").chunks;
@@ -148,9 +222,6 @@ fn stream_step(
                 .await;
         });
         return true;
-    }
-    if !room {
-        return false;
     }
     if let Some(data) = tree.take_snapshot_output(chunk_bytes) {
         if stream.chunks.try_send(Chunk { data, last: false }).is_err() {
@@ -193,6 +264,7 @@ mod tests {
     use std::time::Duration;
 
     use bytes::Bytes;
+    use rand::{Rng, SeedableRng};
     use rzk_quorum::core::Config;
     use rzk_quorum::storage::MemStorage;
     use rzk_quorum::transport::MemNetwork;
@@ -277,6 +349,104 @@ mod tests {
         let (loaded, _, z) = DataTree::load_snapshot(&data).unwrap();
         assert_eq!(z, at);
         assert_eq!(loaded.dump(), whole.dump());
+        rep.shutdown().await;
+    }
+
+    /// The pace of a snapshot in progress: an applied txn writes nothing
+    /// until 2048 nodes are owed, then all of them; idle steps pay the debt;
+    /// and however the two mix, the nodes written keep up with 64 per
+    /// applied txn to within the debt's maximum (a core that is never idle
+    /// still finishes a snapshot).
+    #[test]
+    fn snapshot_nodes_are_owed_by_txns_and_paid_when_idle_or_at_the_max() {
+        let mut p = SnapshotPace::default();
+        for _ in 0..(SNAPSHOT_OWED_NODES_MAX / SNAPSHOT_NODES_PER_TXN - 1) {
+            assert_eq!(
+                p.applied(true),
+                0,
+                "a txn inside a commit group writes nothing"
+            );
+        }
+        assert_eq!(
+            p.applied(true),
+            SNAPSHOT_OWED_NODES_MAX,
+            "the debt at its max"
+        );
+        assert_eq!(p.applied(true), 0, "paid");
+        assert_eq!(p.idle(), SNAPSHOT_STEP_NODES);
+        assert_eq!(p.owed, 0, "an idle step paid the one txn's 64 nodes");
+        for _ in 0..(SNAPSHOT_OWED_NODES_MAX / SNAPSHOT_NODES_PER_TXN - 1) {
+            assert_eq!(p.applied(true), 0, "an idle step reset the count");
+        }
+
+        // No room at the writer: nothing now, the debt waits for room.
+        let mut p = SnapshotPace::default();
+        for _ in 0..100 {
+            assert_eq!(
+                p.applied(false),
+                0,
+                "the core does not serialise ahead of the disk"
+            );
+        }
+        assert_eq!(
+            p.applied(true),
+            SNAPSHOT_OWED_NODES_MAX,
+            "at most the max at once"
+        );
+        assert_eq!(
+            p.owed,
+            101 * SNAPSHOT_NODES_PER_TXN - SNAPSHOT_OWED_NODES_MAX
+        );
+
+        // Any mix of applied txns and idle steps (seeded): the nodes written
+        // never fall more than the maximum behind 64 per txn.
+        let seed = 0x5eed_u64;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut p = SnapshotPace::default();
+        let (mut txns, mut written) = (0usize, 0usize);
+        for i in 0..100_000 {
+            if rng.random_bool(0.9) {
+                txns += 1;
+                written += p.applied(true);
+            } else {
+                written += p.idle();
+            }
+            assert!(
+                written + SNAPSHOT_OWED_NODES_MAX > txns * SNAPSHOT_NODES_PER_TXN,
+                "seed {seed:#x}, step {i}: {written} nodes after {txns} txns"
+            );
+        }
+    }
+
+    /// Backpressure: while the writer is behind (its queue full: here its
+    /// task never runs, as this test never yields), steps serialise nothing
+    /// more, so the snapshot in memory stays at the queued chunks plus less
+    /// than a chunk, instead of the rest of the tree.
+    #[tokio::test]
+    async fn the_core_does_not_serialise_ahead_of_a_writer_that_is_behind() {
+        let nodes = 2000;
+        let at = Zxid::from_u64(nodes as u64);
+        let mut tree = tree_of(nodes);
+        let (rep, _storage) = leading_replicator().await;
+        assert!(tree.begin_snapshot(at, &[]));
+        let (stream, saved) = SnapshotStream::start(rep.snapshot_writer(at));
+        let mut out = Some(stream);
+        for step in 0..1000 {
+            assert!(!stream_step(&mut tree, &mut out, 10, 512), "step {step}");
+        }
+        let stream = out.as_ref().expect("the stream is kept");
+        assert_eq!(stream.chunks.capacity(), 0, "the queue is full");
+        let ahead = tree.take_snapshot_output(0).map_or(0, |b| b.len());
+        assert!(
+            ahead < 2 * 512,
+            "{ahead} bytes serialised ahead of a writer that is behind"
+        );
+        assert!(tree.snapshot_in_progress());
+        drop(out);
+        let saved = tokio::time::timeout(Duration::from_secs(10), saved)
+            .await
+            .expect("the save ends once its stream is dropped");
+        assert!(saved.is_err());
         rep.shutdown().await;
     }
 
