@@ -113,8 +113,27 @@ fn a_reader_that_read_ahead_yields_what_it_would_have_read() {
         .unwrap()
         .map(|r| r.unwrap())
         .collect();
-    for ahead in [0, 1, 5, 17, 18, 100] {
-        let mut reader = log.read_from(z(1, 3)).unwrap().read_ahead(ahead);
+    let one = payload(z(1, 4)).len();
+    for (ahead, bytes) in [
+        (0, 0),
+        (1, 0),
+        (5, usize::MAX),
+        (17, 3 * one),
+        (18, usize::MAX),
+        (100, usize::MAX),
+    ] {
+        let mut reader = log.read_from(z(1, 3)).unwrap().read_ahead(ahead, bytes);
+        // As many as the bounds allow: at least one, then while under the bytes.
+        let (mut expected, mut read) = (0, 0);
+        while expected < ahead.min(plain.len()) && (expected == 0 || read < bytes) {
+            read += plain[expected].payload.len();
+            expected += 1;
+        }
+        assert_eq!(
+            reader.read_ahead_len(),
+            expected,
+            "{ahead} / {bytes} B ahead"
+        );
         // The position is that of what was yielded, not of what was read.
         assert_eq!(reader.position(), z(1, 3), "{ahead} ahead");
         let first = reader.next().unwrap().unwrap();

@@ -82,17 +82,26 @@ impl LogReader {
         self.yielded
     }
 
-    /// Reads up to `records_max` records now, into memory, to be yielded
-    /// first (the rest is read as before): the rebuild reads the log's tail
-    /// while a preload still decodes the snapshot.
-    pub(crate) fn read_ahead(mut self, records_max: usize) -> LogReader {
-        while self.ahead.len() < records_max {
+    /// Reads up to `records_max` records and about `bytes_max` payload bytes
+    /// now (at least one record while `records_max > 0`), into memory, to be
+    /// yielded first (the rest is read as before): the rebuild reads the
+    /// log's tail while a preload still decodes the snapshot.
+    pub(crate) fn read_ahead(mut self, records_max: usize, bytes_max: usize) -> LogReader {
+        let mut bytes = 0usize;
+        while self.ahead.len() < records_max && (self.ahead.is_empty() || bytes < bytes_max) {
             let Some(item) = self.next_from_disk() else {
                 break;
             };
+            bytes += item.as_ref().map_or(0, |r| r.payload.len());
             self.ahead.push_back(item);
         }
         self
+    }
+
+    /// Records read ahead and not yet yielded (tests).
+    #[cfg(test)]
+    pub(crate) fn read_ahead_len(&self) -> usize {
+        self.ahead.len()
     }
 
     fn next_from_disk(&mut self) -> Option<Result<Record>> {
