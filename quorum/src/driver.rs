@@ -833,8 +833,8 @@ impl<T: Transport> Driver<T> {
             if let Some(e) = self.fatal.take() {
                 return Err(e);
             }
-            self.send_replayed(cmds, &mut stash).await?;
             self.publish_stats();
+            self.send_replayed(cmds, &mut stash).await?;
         }
         let out = self.peer.finish_recovery();
         self.send_replayed(cmds, &mut stash).await?;
