@@ -204,6 +204,15 @@ fn stream_step(
         // No stream (a snapshot loaded meanwhile replaced the tree).
         return false;
     };
+    if stream.chunks.is_closed() {
+        // The writer task is gone: its save failed (the core logs why when
+        // the save resolves). This snapshot can no longer be written; ending
+        // it stops the copy-on-write of changed nodes into a buffer nobody
+        // takes, and lets the next snapshot begin.
+        tree.abort_snapshot();
+        *out = None;
+        return false;
+    }
     if stream.chunks.capacity() == 0 {
         // The writer is behind: no step (what it would produce could only
         // wait in memory); the txns' debt waits too.
@@ -228,6 +237,7 @@ fn stream_step(
             // Room was checked and only the core sends: the writer task is
             // gone (the replicator failed). Its result says why; this
             // snapshot is dropped.
+            tree.abort_snapshot();
             *out = None;
         }
     }
@@ -448,6 +458,32 @@ mod tests {
             .expect("the save ends once its stream is dropped");
         assert!(saved.is_err());
         rep.shutdown().await;
+    }
+
+    /// A snapshot whose writer is gone (its save failed without stopping the
+    /// server) is ended by the next step: nothing is left in progress, so
+    /// changed nodes are no longer copied for it and the next snapshot can
+    /// begin. Before, the tree kept it in progress forever: no snapshot was
+    /// ever taken again and every txn copied nodes into a buffer nobody took.
+    #[tokio::test]
+    async fn a_snapshot_whose_writer_is_gone_ends_and_the_next_can_begin() {
+        let nodes = 2000;
+        let at = Zxid::from_u64(nodes as u64);
+        let mut tree = tree_of(nodes);
+        assert!(tree.begin_snapshot(at, &[]));
+        let (tx, rx) = mpsc::channel(SNAPSHOT_CHUNKS_QUEUED_MAX);
+        drop(rx);
+        let mut out = Some(SnapshotStream {
+            chunks: tx,
+            pace: SnapshotPace::default(),
+        });
+        assert!(!stream_step(&mut tree, &mut out, 10, 512));
+        assert!(
+            out.is_none(),
+            "the stream of a writer that is gone is dropped"
+        );
+        assert!(!tree.snapshot_in_progress(), "the snapshot is ended");
+        assert!(tree.begin_snapshot(at, &[]), "the next snapshot can begin");
     }
 
     /// What a graceful stop relies on (`Core::abandon_snapshot`): a snapshot

@@ -808,6 +808,13 @@ impl DataTree {
         self.snap.is_some()
     }
 
+    /// Abandons the snapshot in progress, if any (its writer failed): what it
+    /// produced is dropped, changed nodes are no longer copied for it, and a
+    /// new one can begin.
+    pub fn abort_snapshot(&mut self) {
+        self.snap = None;
+    }
+
     /// Starts a snapshot consistent at `zxid` (the last applied txn) with these
     /// sessions. Returns false if one is already being written.
     ///
