@@ -2,13 +2,15 @@
 //!
 //! Flags: `--seeds N` (default 1000), `--start S` (first seed, default 0),
 //! `--seed S` (run one seed and print its report or failure), `--nodes N`
-//! (3 or 5; default alternates per seed), `--limit C` (zxid counter limit),
+//! (voters, 1 or more; default alternates 3 and 5 per seed; 1 is standalone
+//! rzk's ensemble of one), `--limit C` (zxid counter limit),
 //! `--bug-5094` (re-introduce ZOOKEEPER-5094), `--bug-5088` (relays start
 //! without the proposals in flight, ZOOKEEPER-5088), `--observers N` (simulated
 //! observers, default 2), `--observer-members N` (non-voting members of the
 //! quorum, default: each seed picks 0, 1 or 2), `--no-claims-check` (skip the
 //! I1 message check, to see what a violation leads to), `--fault-ms MS`,
-//! `--trace LINES`.
+//! `--settle-ms MS` (the Liveness bound after the faults stop, default
+//! 20000), `--trace LINES`.
 
 use rzk_quorum::core::TestBugs;
 use rzk_sim::{failover, run, Options};
@@ -44,6 +46,9 @@ fn main() {
     }
     if let Some(ms) = get("--fault-ms") {
         opts.fault_ms = ms;
+    }
+    if let Some(ms) = get("--settle-ms") {
+        opts.settle_ms = ms;
     }
     if args.iter().any(|a| a == "--no-disconnects") {
         opts.disconnect_notice = 0.0;

@@ -759,6 +759,29 @@ impl Peer {
         self.leader_sync_from(id, after);
     }
 
+    /// A newer snapshot was saved and the available log now starts at
+    /// `log_start`: a SNAP transfer of an older snapshot whose next entries
+    /// are gone (they had left memory before the transfer began, and storage
+    /// may purge them now) can no longer end in a sync; `leader_on_snap_read`
+    /// would drop its learner after the last chunk. It is dropped now, so the
+    /// learner starts over from the newer snapshot at once instead of after
+    /// sending the rest of the old file in vain (found in simulation, seed 75
+    /// with a single voter and an observer member: the voter's restart replay
+    /// leaves only its window in memory, and its next snapshot doubled the
+    /// observer's SNAP past the settle bound).
+    pub(super) fn leader_drop_snaps_below(&mut self, log_start: Zxid) {
+        let stale: Vec<PeerId> = self
+            .ld_ref()
+            .learners
+            .iter()
+            .filter(|(_, h)| h.snap.as_ref().is_some_and(|s| s.snapshot.zxid < log_start))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            self.drop_learner(id, RejectReason::Protocol);
+        }
+    }
+
     /// Sends a learner the entries after `after`: those the window dropped
     /// from memory are read from the durable log first, one bounded read at a
     /// time (`leader_on_diff_read`), then the rest in one step

@@ -1494,6 +1494,9 @@ impl Peer {
             self.log_base = e.zxid;
             self.log_start = e.zxid;
         }
+        if matches!(self.state, State::Leading(_)) {
+            self.leader_drop_snaps_below(self.log_start);
+        }
     }
 
     /// Drops the oldest entries from memory while the window is over its bound
