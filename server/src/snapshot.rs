@@ -322,6 +322,26 @@ mod tests {
 
     /// A snapshot streamed in many small chunks through a bounded queue is
     /// byte for byte the one-buffer snapshot, and loads back into the tree.
+    /// A tree of `nodes` nodes whose snapshot has begun at its last txn, with
+    /// the stream to a leading replicator's writer, the save, the replicator
+    /// and its storage.
+    async fn snapshot_begun(
+        nodes: usize,
+    ) -> (
+        DataTree,
+        Option<SnapshotStream>,
+        Proposal,
+        ZabReplicator,
+        MemStorage,
+    ) {
+        let at = Zxid::from_u64(nodes as u64);
+        let mut tree = tree_of(nodes);
+        let (rep, storage) = leading_replicator().await;
+        assert!(tree.begin_snapshot(at, &[]));
+        let (stream, saved) = SnapshotStream::start(rep.snapshot_writer(at));
+        (tree, Some(stream), saved, rep, storage)
+    }
+
     #[tokio::test]
     async fn a_snapshot_streamed_in_chunks_is_the_whole_snapshot() {
         let nodes = 2000;
@@ -434,13 +454,7 @@ mod tests {
     /// than a chunk, instead of the rest of the tree.
     #[tokio::test]
     async fn the_core_does_not_serialise_ahead_of_a_writer_that_is_behind() {
-        let nodes = 2000;
-        let at = Zxid::from_u64(nodes as u64);
-        let mut tree = tree_of(nodes);
-        let (rep, _storage) = leading_replicator().await;
-        assert!(tree.begin_snapshot(at, &[]));
-        let (stream, saved) = SnapshotStream::start(rep.snapshot_writer(at));
-        let mut out = Some(stream);
+        let (mut tree, mut out, saved, rep, _storage) = snapshot_begun(2000).await;
         for step in 0..1000 {
             assert!(!stream_step(&mut tree, &mut out, 10, 512), "step {step}");
         }
@@ -491,13 +505,7 @@ mod tests {
     /// and leaves no snapshot behind, instead of waiting for the rest.
     #[tokio::test]
     async fn an_abandoned_snapshot_stream_ends_its_save() {
-        let nodes = 2000;
-        let at = Zxid::from_u64(nodes as u64);
-        let mut tree = tree_of(nodes);
-        let (rep, storage) = leading_replicator().await;
-        assert!(tree.begin_snapshot(at, &[]));
-        let (stream, saved) = SnapshotStream::start(rep.snapshot_writer(at));
-        let mut out = Some(stream);
+        let (mut tree, mut out, saved, rep, storage) = snapshot_begun(2000).await;
         for _ in 0..20 {
             assert!(!stream_step(&mut tree, &mut out, 10, 512), "not done yet");
             tokio::task::yield_now().await;

@@ -3,14 +3,18 @@
 //! cannot reach a quorum, which keeps trying and says so instead of exiting.
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// A port for a config line, held (`rzk_testkit::ports`) until the test
+/// process ends: a port chosen and released could come back for the next
+/// line, and two lines with one number fail the config for the wrong reason.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static HELD: Mutex<Vec<rzk_testkit::ports::Port>> = Mutex::new(Vec::new());
+    let port = rzk_testkit::ports::reserve();
+    let n = port.get();
+    HELD.lock().unwrap().push(port);
+    n
 }
 
 fn write_cfg(dir: &Path, myid: Option<u64>, servers: &str) -> std::path::PathBuf {

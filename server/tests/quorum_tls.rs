@@ -121,6 +121,10 @@ fn ca_pem(dir: &Path, name: &str, ca: &Ca) -> PathBuf {
 struct Member {
     client: SocketAddr,
     quorum: SocketAddr,
+    /// The `server.N` line's election port: rzk does not listen on it, but
+    /// it must stay this member's alone (a number another member's port got
+    /// fails the config), so it is held for the test.
+    _election: rzk_testkit::ports::Port,
     dir: PathBuf,
     running: Option<ensemble_support::Running>,
 }
@@ -128,14 +132,6 @@ struct Member {
 struct Ensemble {
     members: Vec<Member>,
     server_lines: Vec<(String, String)>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Ensemble {
@@ -149,6 +145,7 @@ impl Ensemble {
             let client = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let quorum = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let (c, q) = (client.local_addr().unwrap(), quorum.local_addr().unwrap());
+            let election = rzk_testkit::ports::reserve();
             let dir = root.join(format!("m{id}"));
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join("myid"), format!("{id}\n")).unwrap();
@@ -157,13 +154,14 @@ impl Ensemble {
                 format!(
                     "127.0.0.1:{}:{};127.0.0.1:{}",
                     q.port(),
-                    free_port(),
+                    election.get(),
                     c.port()
                 ),
             ));
             members.push(Member {
                 client: c,
                 quorum: q,
+                _election: election,
                 dir,
                 running: None,
             });

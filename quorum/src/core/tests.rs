@@ -2037,14 +2037,20 @@ fn a_learner_behind_the_window_gets_a_diff_read_from_the_durable_log() {
     );
 }
 
+/// A single voter (elected at once) whose in-memory window holds `window`
+/// entries, and a durable log of `entries` txns of epoch 1 for it to recover.
+fn single_voter_with_log(window: usize, entries: u32) -> (Config, Vec<Entry>) {
+    let mut c = Config::new(PeerId(1), [PeerId(1)]);
+    c.finalize_wait = 0;
+    c.log_window_entries_max = window;
+    (c, (1..=entries).map(|k| entry(1, k)).collect())
+}
+
 /// Restart with a durable log longer than the window: the single voter
 /// applies all of it in order once it leads, and then holds only the window.
 #[test]
 fn restart_replays_a_log_longer_than_the_window() {
-    let mut c = Config::new(PeerId(1), [PeerId(1)]);
-    c.finalize_wait = 0;
-    c.log_window_entries_max = 3;
-    let log: Vec<Entry> = (1..=10).map(|k| entry(1, k)).collect();
+    let (c, log) = single_voter_with_log(3, 10);
     let (mut p, out) = Peer::new(c, recovered(log, 1, 1), Tick(0)).expect("starts");
     let mut all = out;
     let mut t = 0;
@@ -2086,10 +2092,7 @@ fn replay_in_batches(c: Config, log: Vec<Entry>, batch: usize) -> (Peer, Vec<Out
 /// is the whole log and this fails.)
 #[test]
 fn a_single_voter_replays_a_long_log_within_the_window_and_one_batch() {
-    let mut c = Config::new(PeerId(1), [PeerId(1)]);
-    c.finalize_wait = 0;
-    c.log_window_entries_max = 10;
-    let log: Vec<Entry> = (1..=500).map(|k| entry(1, k)).collect();
+    let (c, log) = single_voter_with_log(10, 500);
     let (p, out) = replay_in_batches(c, log, 7);
     assert!(matches!(out.first(), Some(Output::ApplySnapshot { .. })));
     assert_eq!(
