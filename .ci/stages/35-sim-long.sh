@@ -6,8 +6,8 @@
 # single voter commits about 5 times what 3 voters do, so its state (~35 KB)
 # sent as SNAP in the seed's smallest chunks (16 B, one in flight) takes up to
 # ~30 simulated seconds, past the default 20 s (3 of these 2000 seeds, all
-# converging by 60 s). About 4 minutes for the first two and 1 minute for the
-# single voter on the shared 2-core machine (release build). Needs nothing but cargo.
+# converging by 60 s). Measured on the shared 2-core machine (release build):
+# 3 min 40 s in all, of it about 35 s the single voter. Needs nothing but cargo.
 set -euo pipefail
 cargo run -p rzk-sim --release -- --seeds 20000 --start 1000000
 cargo run -p rzk-sim --release -- --seeds 5000 --start 2000000 --limit 4
