@@ -97,7 +97,7 @@ cpu = (int(sys.argv[6]) / hz) / max(ops, 1) * 1e6
 g = lambda k: m.get(k, "?")
 print("round %s %-12s ops/s %8.0f  p50 %5.2f ms  p99 %6.2f ms  CPU %5.1f us/op  fsync avg %s max %s ms  txns/fsync %s  snapshots begun %s (all %s, %s ms)  load %s" % (
     sys.argv[2], sys.argv[3], j["ops_per_sec"], j["p50_us"]/1000, j["p99_us"]/1000, cpu,
-    g("zk_avg_fsynctime"), g("zk_max_fsynctime"), g("rzk_group_commit_size_avg") if "rzk_group_commit_size_avg" in m else g("rzk_avg_group_commit_size"),
+    g("zk_avg_fsynctime"), g("zk_max_fsynctime"), g("zk_rzk_avg_group_commit_size"),
     sys.argv[4], g("zk_cnt_snapshottime"), g("zk_sum_snapshottime"), sys.argv[5]))' \
       "$out" "$r" "$label" "$began" "$(cut -d' ' -f1 /proc/loadavg)" "$((t1 - t0))" "$m" "" "$SECONDS_PER_RUN" 2>/dev/null || echo "round $r $label: $out"
   done
