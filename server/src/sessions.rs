@@ -16,8 +16,8 @@ use rzk_zxid::Zxid;
 
 use crate::acl::AuthInfo;
 use crate::core::{
-    format_sid, now_ms, push_frame, Conn, ConnState, ConnStats, Core, CoreError, HeldConnect,
-    InFlight, ReplyQueue, Revalidation, Serving,
+    format_sid, now_ms, push_frame, Backlog, Conn, ConnState, ConnStats, Core, CoreError,
+    HeldConnect, InFlight, ReplyQueue, Revalidation, Serving,
 };
 use crate::forward::ForwardMsg;
 use crate::leader::Submit;
@@ -82,7 +82,7 @@ impl Core {
             outbox,
             auth,
             state: ConnState::Connecting,
-            backlog: Vec::new(),
+            backlog: Backlog::default(),
             queue: ReplyQueue::default(),
             read_only_byte: req.read_only.is_some(),
             established_ms: now_ms(),
@@ -240,7 +240,7 @@ impl Core {
         conn.stats.sent += 1;
         self.stats.packets_sent += 1;
         tracing::info!(session = %format_sid(sid), peer = %conn.peer(), timeout_ms = negotiated, "session resumed");
-        let backlog = std::mem::take(&mut conn.backlog);
+        let backlog = conn.backlog.take();
         self.conns.insert(id, conn);
         // The leader makes this member the session's owner (a write through
         // another member's stale connection then gets SESSIONMOVED).
@@ -306,7 +306,7 @@ impl Core {
         conn.stats.sent += 1;
         self.stats.packets_sent += 1;
         conn.state = ConnState::Connected(sid);
-        let backlog = std::mem::take(&mut conn.backlog);
+        let backlog = conn.backlog.take();
         for (req, permit) in backlog {
             self.process(id, sid, req, permit);
         }
