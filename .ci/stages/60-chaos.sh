@@ -62,6 +62,8 @@ for t in "${targets[@]}"; do
     cargo build -p rzk-server --bin rzk
     RZK_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/rzk"
     export RZK_BIN
+    echo "60-chaos: single-fault scenarios against rzk (chaos/src/scenarios.rs)"
+    cargo test -p rzk-chaos --bin rzk-chaos -- --ignored scenarios::
     config=chaos/configs/rzk.toml
     duration=120
     strict=(--fail-on-undecided)
