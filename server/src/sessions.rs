@@ -123,7 +123,19 @@ impl Core {
                 }
             }
         }
-        // This member's session table may be behind the ensemble's either way:
+        // The leader decides from its own table, as ZooKeeper's leader does
+        // (its revalidation touches its own session tracker): every committed
+        // create and close is applied here or still tracked as proposed, so a
+        // session neither being created nor closed is live here exactly when
+        // it is in the table. No quorum round: a leader that has not noticed
+        // yet that it is cut off from its followers still resumes its clients
+        // and serves their reads, as ZooKeeper's does (found by rzk-chaos
+        // `--schedule partition-leader`: every resume waited for the heal).
+        if self.leader.as_ref().is_some_and(|l| l.decides_resume(sid)) {
+            self.finish_resume(id, conn, req, negotiated);
+            return;
+        }
+        // A follower's session table may be behind the ensemble's either way:
         // a session created (or closed, or expired) through another member is
         // applied here a moment after that member answered its client. So a
         // member does not decide from its table at once: ZooKeeper's learners
