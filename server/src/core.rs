@@ -36,6 +36,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::num::NonZeroU64;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -137,8 +138,17 @@ pub(crate) struct CoreConfig {
 pub(crate) struct Session {
     pub(crate) timeout_ms: i32,
     pub(crate) password: [u8; 16],
-    /// The connection of this member attached to it, if any.
-    pub(crate) conn: Option<ConnId>,
+    /// The connection of this member attached to it, if any. Connection ids
+    /// start at 1, so `None` takes no room of its own: the entry is 32 bytes,
+    /// not 40, in a table with a bucket for every session (issue 15).
+    pub(crate) conn: Option<NonZeroU64>,
+}
+
+/// A connection id as a [`Session::conn`].
+pub(crate) fn session_conn(id: ConnId) -> Option<NonZeroU64> {
+    let conn = NonZeroU64::new(id);
+    debug_assert!(conn.is_some(), "connection ids start at 1");
+    conn
 }
 
 #[derive(Debug)]
@@ -1300,7 +1310,7 @@ pub(crate) fn format_sid(sid: i64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Conn, Periodic, ReplyQueue};
+    use super::{Conn, Periodic, ReplyQueue, Session};
     use std::time::Duration;
 
     /// Issue 15: every connection's `Conn` is boxed in the core's table for
@@ -1309,6 +1319,16 @@ mod tests {
     /// Checked by hand: with the backlog a `Vec` and the latencies `u64`s
     /// the `Conn` is 248 bytes (with the address identity kept as an address)
     /// and this fails.
+    /// Issue 15: the replicated session table has a bucket for every
+    /// session (and room for more); an entry is the id and a `Session`.
+    /// Checked by hand: with the connection an `Option<u64>` the `Session`
+    /// is 40 bytes and this fails.
+    #[test]
+    fn a_session_entry_is_40_bytes() {
+        let bytes = std::mem::size_of::<(i64, Session)>();
+        assert!(bytes <= 40, "a session table entry is {bytes} bytes");
+    }
+
     #[test]
     fn a_conn_fits_a_224_byte_chunk() {
         let bytes = std::mem::size_of::<Conn>();

@@ -16,8 +16,8 @@ use rzk_zxid::Zxid;
 
 use crate::acl::AuthInfo;
 use crate::core::{
-    format_sid, now_ms, push_frame, Backlog, Conn, ConnState, ConnStats, Core, CoreError,
-    HeldConnect, InFlight, ReplyQueue, Revalidation, Serving,
+    format_sid, now_ms, push_frame, session_conn, Backlog, Conn, ConnState, ConnStats, Core,
+    CoreError, HeldConnect, InFlight, ReplyQueue, Revalidation, Serving,
 };
 use crate::forward::ForwardMsg;
 use crate::leader::Submit;
@@ -116,6 +116,7 @@ impl Core {
         // doc §3.5 step 1: any other connection of this session is closed
         // first, even if the password turns out wrong.
         if let Some(old) = self.sessions.get_mut(&sid).and_then(|s| s.conn.take()) {
+            let old = old.get();
             if old != id {
                 if let Some(c) = self.conns.get_mut(&old) {
                     c.state = ConnState::Closing;
@@ -232,7 +233,8 @@ impl Core {
         let s = self.sessions.get_mut(&sid).expect("checked above");
         // Another connection may have resumed the session meanwhile: the newer
         // one wins, as at step 1.
-        if let Some(old) = s.conn.replace(id) {
+        if let Some(old) = std::mem::replace(&mut s.conn, session_conn(id)) {
+            let old = old.get();
             if old != id {
                 if let Some(c) = self.conns.get_mut(&old) {
                     c.state = ConnState::Closing;
@@ -286,7 +288,7 @@ impl Core {
         self.watches.remove_conn(id);
         if let Some(sid) = conn.session() {
             if let Some(s) = self.sessions.get_mut(&sid) {
-                if s.conn == Some(id) {
+                if s.conn == session_conn(id) {
                     s.conn = None;
                 }
             }
@@ -303,7 +305,7 @@ impl Core {
         let Some(s) = self.sessions.get_mut(&sid) else {
             return;
         };
-        s.conn = Some(id);
+        s.conn = session_conn(id);
         tracing::info!(session = %format_sid(sid), peer = %conn.peer(), timeout_ms = s.timeout_ms, "session established");
         // The ConnectResponse carries the readOnly byte exactly when the
         // request did; the outbox encodes it as the codec would.
