@@ -16,8 +16,8 @@ use rzk_zxid::Zxid;
 
 use crate::acl::AuthInfo;
 use crate::core::{
-    format_sid, now_ms, push_frame, Conn, ConnState, ConnStats, Core, CoreError, HeldConnect,
-    InFlight, ReplyQueue, Revalidation, Serving,
+    format_sid, now_ms, push_frame, Backlog, Conn, ConnState, ConnStats, Core, CoreError,
+    HeldConnect, InFlight, ReplyQueue, Revalidation, Serving,
 };
 use crate::forward::ForwardMsg;
 use crate::leader::Submit;
@@ -82,7 +82,7 @@ impl Core {
             outbox,
             auth,
             state: ConnState::Connecting,
-            backlog: Vec::new(),
+            backlog: Backlog::default(),
             queue: ReplyQueue::default(),
             read_only_byte: req.read_only.is_some(),
             established_ms: now_ms(),
@@ -123,7 +123,19 @@ impl Core {
                 }
             }
         }
-        // This member's session table may be behind the ensemble's either way:
+        // The leader decides from its own table, as ZooKeeper's leader does
+        // (its revalidation touches its own session tracker): every committed
+        // create and close is applied here or still tracked as proposed, so a
+        // session neither being created nor closed is live here exactly when
+        // it is in the table. No quorum round: a leader that has not noticed
+        // yet that it is cut off from its followers still resumes its clients
+        // and serves their reads, as ZooKeeper's does (found by rzk-chaos
+        // `--schedule partition-leader`: every resume waited for the heal).
+        if self.leader.as_ref().is_some_and(|l| l.decides_resume(sid)) {
+            self.finish_resume(id, conn, req, negotiated);
+            return;
+        }
+        // A follower's session table may be behind the ensemble's either way:
         // a session created (or closed, or expired) through another member is
         // applied here a moment after that member answered its client. So a
         // member does not decide from its table at once: ZooKeeper's learners
@@ -240,7 +252,7 @@ impl Core {
         conn.stats.sent += 1;
         self.stats.packets_sent += 1;
         tracing::info!(session = %format_sid(sid), peer = %conn.peer(), timeout_ms = negotiated, "session resumed");
-        let backlog = std::mem::take(&mut conn.backlog);
+        let backlog = conn.backlog.take();
         self.conns.insert(id, conn);
         // The leader makes this member the session's owner (a write through
         // another member's stale connection then gets SESSIONMOVED).
@@ -306,7 +318,7 @@ impl Core {
         conn.stats.sent += 1;
         self.stats.packets_sent += 1;
         conn.state = ConnState::Connected(sid);
-        let backlog = std::mem::take(&mut conn.backlog);
+        let backlog = conn.backlog.take();
         for (req, permit) in backlog {
             self.process(id, sid, req, permit);
         }
