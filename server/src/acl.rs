@@ -321,22 +321,51 @@ pub fn masked(acl: &[Acl]) -> Vec<Acl> {
         .collect()
 }
 
+/// An interned ACL list as nodes hold it: a thin pointer (8 bytes in every
+/// node, where `Arc<[Acl]>` takes 16: issue 15's bytes per znode).
+pub type AclRef = Arc<AclList>;
+
+/// An ACL list behind an [`AclRef`]; it derefs to its entries.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct AclList(Box<[Acl]>);
+
+impl AclList {
+    /// A list of its own (not interned): for views outside the tree.
+    pub fn new_ref(acl: &[Acl]) -> AclRef {
+        Arc::new(AclList(acl.into()))
+    }
+}
+
+impl std::ops::Deref for AclList {
+    type Target = [Acl];
+
+    fn deref(&self) -> &[Acl] {
+        &self.0
+    }
+}
+
 /// Interns ACL lists so that the many nodes sharing one list share one
 /// allocation (ZooKeeper's reference-counted ACL cache does the same).
 #[derive(Debug, Default)]
 #[cfg_attr(test, derive(Clone))]
 pub struct AclInterner {
-    lists: foldhash::HashSet<Arc<[Acl]>>,
+    /// The lists, hashed by their entries.
+    lists: hashbrown::HashTable<AclRef>,
+    hasher: foldhash::fast::RandomState,
 }
 
 impl AclInterner {
     /// The shared copy of `acl`.
-    pub fn intern(&mut self, acl: &[Acl]) -> Arc<[Acl]> {
-        if let Some(found) = self.lists.get(acl) {
+    pub fn intern(&mut self, acl: &[Acl]) -> AclRef {
+        use std::hash::BuildHasher;
+        let hash = self.hasher.hash_one(acl);
+        if let Some(found) = self.lists.find(hash, |l| l[..] == *acl) {
             return found.clone();
         }
-        let list: Arc<[Acl]> = Arc::from(acl);
-        self.lists.insert(list.clone());
+        let list = AclList::new_ref(acl);
+        let hasher = &self.hasher;
+        self.lists
+            .insert_unique(hash, list.clone(), |l| hasher.hash_one(&l[..]));
         list
     }
 
@@ -521,5 +550,46 @@ mod tests {
         let m = masked(&[acl(31, "digest", "carol:abc="), acl(1, "world", "anyone")]);
         assert_eq!(&*m[0].id.id, "carol:x");
         assert_eq!(&*m[1].id.id, "anyone");
+    }
+
+    /// Issue 15: nodes hold their ACL list through an 8-byte pointer, equal
+    /// lists share one allocation, and a list no node holds is collected;
+    /// many lists stay findable as the table grows (its rehash and its
+    /// lookup hash the same way).
+    #[test]
+    fn interned_acl_lists_are_thin_shared_and_collected() {
+        assert_eq!(std::mem::size_of::<AclRef>(), 8);
+        let mut interner = AclInterner::default();
+        let a = interner.intern(&[acl(31, "world", "anyone")]);
+        let b = interner.intern(&[acl(31, "world", "anyone")]);
+        let c = interner.intern(&[acl(1, "world", "anyone")]);
+        let empty = interner.intern(&[]);
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(a.to_vec(), vec![acl(31, "world", "anyone")]);
+        assert_eq!(c.to_vec(), vec![acl(1, "world", "anyone")]);
+        assert!(empty.is_empty());
+        assert_eq!(interner.len(), 3);
+        drop((b, c));
+        interner.collect_garbage();
+        assert_eq!(
+            interner.len(),
+            2,
+            "the list only the interner held is dropped"
+        );
+        drop((a, empty));
+        interner.collect_garbage();
+        assert!(interner.is_empty());
+
+        let list = |k: i32| [acl(k % 32, "digest", &format!("user{k}:hash"))];
+        let held: Vec<AclRef> = (0..1000).map(|k| interner.intern(&list(k))).collect();
+        assert_eq!(interner.len(), 1000);
+        for (k, l) in held.iter().enumerate() {
+            assert!(
+                Arc::ptr_eq(l, &interner.intern(&list(k as i32))),
+                "list {k}"
+            );
+        }
+        assert_eq!(interner.len(), 1000);
     }
 }

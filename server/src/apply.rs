@@ -1,11 +1,10 @@
 //! Apply: a committed txn changes the tree, in zxid order, on every server.
 //! Recovery (replay of snapshot + log) and normal operation both come here.
 
-use std::sync::Arc;
-
-use rzk_wire::{Acl, ErrorCode, EventType, Stat};
+use rzk_wire::{ErrorCode, EventType, Stat};
 use rzk_zxid::Zxid;
 
+use crate::acl::AclRef;
 use crate::path;
 use crate::tree::DataTree;
 use crate::txn::{Txn, TxnBody, TxnOp};
@@ -19,7 +18,7 @@ pub struct Event {
     /// The path it names.
     pub path: String,
     /// The ACL of the node it is about.
-    pub acl: Arc<[Acl]>,
+    pub acl: AclRef,
 }
 
 /// The outcome of one op.

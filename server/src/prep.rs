@@ -5,8 +5,6 @@
 //! Validation order and error codes follow doc §7 op by op; the order decides
 //! which error a request that is wrong in several ways gets.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use foldhash::{HashMap, HashMapExt};
 use rzk_wire::{
@@ -14,7 +12,7 @@ use rzk_wire::{
     ErrorCode, MultiOp, OpCode, Perms, SetAclRequest, SetDataRequest,
 };
 
-use crate::acl::{self, AuthInfo};
+use crate::acl::{self, AclList, AclRef, AuthInfo};
 use crate::path;
 use crate::tree::{self, DataTree, Node};
 use crate::txn::{TxnBody, TxnOp};
@@ -31,7 +29,7 @@ pub struct NodeView {
     /// Children now.
     pub num_children: i32,
     /// The ACL.
-    pub acl: Arc<[Acl]>,
+    pub acl: AclRef,
     /// Owner encoding.
     pub owner: i64,
 }
@@ -347,7 +345,7 @@ impl Prep {
         };
         parent.ccount = parent.ccount.wrapping_add(1);
         parent.num_children += 1;
-        let interned: Arc<[Acl]> = Arc::from(fixed.as_slice());
+        let interned = AclList::new_ref(&fixed);
         ov.changes.push((parent_path.to_owned(), Some(parent)));
         ov.changes.push((
             final_path.clone(),
@@ -451,7 +449,7 @@ impl Prep {
             return Err(ErrorCode::BadVersion);
         }
         node.aversion = node.aversion.wrapping_add(1);
-        node.acl = Arc::from(fixed.as_slice());
+        node.acl = AclList::new_ref(&fixed);
         ov.changes.push((p.to_owned(), Some(node)));
         Ok(TxnOp::SetAcl {
             path: p.to_owned(),

@@ -10,7 +10,7 @@
 //! the path nor any derived field is stored: `dataLength`, `numChildren` and
 //! `cversion` are derived (`cversion` is `2·C − numChildren`, with C the
 //! node's create counter, doc §8.1). ACL lists are interned: nodes that share
-//! a list share one allocation. A znode of 128 bytes of data costs about 112
+//! a list share one allocation. A znode of 128 bytes of data costs about 104
 //! bytes of node, its name and data in one malloc chunk, and about 7 bytes in
 //! its parent's table.
 //!
@@ -31,7 +31,7 @@ use hashbrown::HashTable;
 use rzk_wire::{Acl, ByteString, ErrorCode, SessionId, Stat};
 use rzk_zxid::Zxid;
 
-use crate::acl::AclInterner;
+use crate::acl::{AclInterner, AclRef};
 use crate::path;
 use crate::txn::{self, TxnError};
 
@@ -65,12 +65,12 @@ const NULL_DATA: u32 = 1 << 31;
 /// children store).
 type Children = HashTable<u32>;
 
-/// One znode: 112 bytes plus one allocation for its name and data, and 4
+/// One znode: 104 bytes plus one allocation for its name and data, and 4
 /// bytes (with the table's overhead, about 7) in its parent's children table.
 #[derive(Clone, Debug)]
 pub struct Node {
-    /// The ACL (interned).
-    pub acl: Arc<[Acl]>,
+    /// The ACL (interned; a thin pointer).
+    pub acl: AclRef,
     /// Stat fields that are stored (the others are derived).
     pub czxid: u64,
     /// Zxid of the last setData.
@@ -110,14 +110,7 @@ fn make_blob(name: &[u8], data: Option<&[u8]>) -> Box<[u8]> {
 }
 
 impl Node {
-    fn new(
-        name: &str,
-        data: Option<&[u8]>,
-        acl: Arc<[Acl]>,
-        owner: i64,
-        zxid: u64,
-        time: i64,
-    ) -> Node {
+    fn new(name: &str, data: Option<&[u8]>, acl: AclRef, owner: i64, zxid: u64, time: i64) -> Node {
         Node {
             acl,
             czxid: zxid,
@@ -328,7 +321,7 @@ pub struct DataTree {
 }
 
 const ROOT: u32 = 0;
-/// Slots per slab chunk (a power of two): 1024 nodes, 112 KiB.
+/// Slots per slab chunk (a power of two): 1024 nodes, 104 KiB.
 const SLAB_CHUNK_SHIFT: u32 = 10;
 const SLAB_CHUNK: usize = 1 << SLAB_CHUNK_SHIFT;
 /// The tree's snapshot format, version 2: the header carries the node count.
@@ -679,7 +672,7 @@ impl DataTree {
     }
 
     /// Interns an ACL list.
-    pub fn intern_acl(&mut self, acl: &[Acl]) -> Arc<[Acl]> {
+    pub fn intern_acl(&mut self, acl: &[Acl]) -> AclRef {
         self.acls.intern(acl)
     }
 
@@ -1218,7 +1211,7 @@ fn record_len(b: &[u8], acls_defined: usize) -> Result<Result<usize, usize>, Txn
 /// What a snapshot load keeps between records.
 struct Loader {
     tree: DataTree,
-    acl_table: Vec<Arc<[Acl]>>,
+    acl_table: Vec<AclRef>,
     /// Copy-on-write records that came before their parent, by depth: they go
     /// in after the stream (every parent before its children).
     deferred: Vec<Vec<(String, Node)>>,
@@ -1428,7 +1421,7 @@ fn write_record(snap: &mut SnapWriter, p: &[u8], node: &Node) {
     out.put_slice(p);
     txn::put_buf(out, node.data_slice());
 
-    let key = node.acl.as_ptr() as usize;
+    let key = Arc::as_ptr(&node.acl) as usize;
     let next = snap.acl_refs.len() as u32;
     match snap.acl_refs.get(&key) {
         Some(id) => out.put_u32(*id),
@@ -1463,7 +1456,7 @@ mod tests {
         // The memory goal (200k znodes at a tenth of ZooKeeper's RSS) rests on
         // this: no path, no name and no derived field stored per node.
         assert!(
-            std::mem::size_of::<Node>() <= 112,
+            std::mem::size_of::<Node>() <= 104,
             "{}",
             std::mem::size_of::<Node>()
         );
@@ -1481,7 +1474,7 @@ mod tests {
         assert_eq!(t.get("/zookeeper").unwrap().stat().cversion, -2);
         let config = t.get("/zookeeper/config").unwrap();
         assert_eq!(config.stat().aversion, -1);
-        assert_eq!(&*config.acl, &Acl::read_unsafe()[..]);
+        assert_eq!(&config.acl[..], &Acl::read_unsafe()[..]);
         assert_eq!(t.node_count(), 4);
     }
 
