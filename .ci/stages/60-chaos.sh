@@ -12,7 +12,8 @@
 #
 # Target (CHAOS_TARGET): `rzk` (default): a 3-member rzk ensemble
 # (chaos/configs/rzk.toml, the debug `rzk` binary) for 2 minutes, then 1 minute
-# of disk-full faults on tmpfs data directories;
+# of disk-full faults on tmpfs data directories; before them, the single-fault
+# scenarios of chaos/src/scenarios.rs (a few seconds once built);
 # `zookeeper`: Apache ZooKeeper 3.8 from Debian's `zookeeper`, 60 s; `both`:
 # rzk, then ZooKeeper. Time (2 cores, load average 20-30 from other builds):
 # about 3 minutes for rzk after the build, 1.5 more for ZooKeeper.
@@ -62,6 +63,8 @@ for t in "${targets[@]}"; do
     cargo build -p rzk-server --bin rzk
     RZK_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/rzk"
     export RZK_BIN
+    echo "60-chaos: single-fault scenarios against rzk (chaos/src/scenarios.rs)"
+    cargo test -p rzk-chaos --bin rzk-chaos -- --ignored scenarios::
     config=chaos/configs/rzk.toml
     duration=120
     strict=(--fail-on-undecided)

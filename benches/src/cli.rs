@@ -104,6 +104,14 @@ pub struct RunArgs {
     /// pid,pid,... (their CPU time is summed).
     #[arg(long, value_delimiter = ',')]
     pub server_pid: Vec<u32>,
+    /// Open loop: offer this many operations per second in total, spread
+    /// evenly over the sessions, whether or not earlier ones were answered
+    /// (up to --inflight per session); latency counts from each operation's
+    /// due time, so a server that falls behind shows its queue (no
+    /// coordinated omission). Without it, closed loop: each session sends as
+    /// soon as it has a credit. Not for watch and storm.
+    #[arg(long)]
+    pub rate: Option<f64>,
 }
 
 /// `rzk-bench populate`.
@@ -305,6 +313,19 @@ impl RunArgs {
                 "--progress-seconds must be 0 or positive".into(),
             ));
         }
+        if let Some(rate) = self.rate {
+            if !(rate.is_finite() && rate > 0.0) {
+                return Err(BenchError::Options(format!(
+                    "--rate must be a positive number of operations per second, not {rate}"
+                )));
+            }
+            if matches!(self.workload, WorkloadKind::Watch | WorkloadKind::Storm) {
+                return Err(BenchError::Options(format!(
+                    "--rate is for the request workloads, not {}",
+                    self.workload.name()
+                )));
+            }
+        }
         let limit = match (self.seconds, self.ops) {
             (Some(s), _) => Limit::Seconds(positive_seconds("--seconds", s)?),
             (None, Some(0)) => return Err(BenchError::Options("--ops must be at least 1".into())),
@@ -351,6 +372,7 @@ impl RunArgs {
             seed: self.seed.unwrap_or(clock_seed),
             keys_per_session,
             server_pids: self.server_pid,
+            rate: self.rate,
         })
     }
 }
@@ -437,6 +459,23 @@ mod tests {
             Command::Run(r) => r.into_options(7).map_err(|e| e.to_string()),
             other => Err(format!("not run: {other:?}")),
         }
+    }
+
+    #[test]
+    fn rate_is_positive_and_for_request_workloads_only() {
+        assert_eq!(
+            run_options(&["run", "--workload", "get"]).unwrap().rate,
+            None
+        );
+        let o = run_options(&["run", "--workload", "set", "--rate", "2500"]).unwrap();
+        assert_eq!(o.rate, Some(2500.0));
+        for bad in ["0", "-5", "NaN", "inf"] {
+            let arg = format!("--rate={bad}");
+            let e = run_options(&["run", "--workload", "get", &arg]).unwrap_err();
+            assert!(e.contains("--rate must be a positive"), "{bad}: {e}");
+        }
+        let e = run_options(&["run", "--workload", "watch", "--rate", "10"]).unwrap_err();
+        assert!(e.contains("not watch"), "{e}");
     }
 
     #[test]

@@ -25,7 +25,7 @@
 //!     inflight: 8, value_bytes: 128, limit: Limit::Ops(10_000), read_ratio: 0.9,
 //!     watchers: 10, namespace: rzk_benches::run::fresh_namespace(),
 //!     session_timeout_ms: 30_000, progress_seconds: 0.0, seed: 1, keys_per_session: 64,
-//!     server_pids: Vec::new(),
+//!     server_pids: Vec::new(), rate: None,
 //! };
 //! let report = run(&opts, tokio_util::sync::CancellationToken::new()).await?;
 //! assert_eq!(report.errors, 0);

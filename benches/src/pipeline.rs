@@ -10,6 +10,12 @@
 //! carry the xid of the oldest pending request (checked), skips ping replies
 //! (xid -2), counts unexpected notifications (xid -1) as errors, checks each
 //! reply with [`check`], records its latency and returns the credit.
+//!
+//! Open loop ([`Pace`]): the writer also waits for each operation's due time
+//! and sends it then, whether or not earlier ones were answered (within the
+//! K credits); its latency counts from the due time, so a server that falls
+//! behind its offered load shows the queue in the percentiles instead of
+//! slowing the generator down (no coordinated omission).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,6 +48,35 @@ pub fn new_histogram() -> Histogram<u64> {
 /// Microseconds since `since`, at least 1 (the histogram's lowest value).
 pub fn micros_since(since: Instant) -> u64 {
     (since.elapsed().as_micros() as u64).max(1)
+}
+
+/// An open-loop schedule for one session: operation `k` is due at
+/// `first + k × interval`, whether or not the earlier ones were answered.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pace {
+    /// When the session's first operation is due.
+    pub first: Instant,
+    /// Between two of the session's operations.
+    pub interval: Duration,
+}
+
+impl Pace {
+    /// Session `s` of `sessions` offering, together, `rate` operations per
+    /// second from `start`: each session offers `rate / sessions`, and their
+    /// schedules interleave evenly (session `s` starts `s / sessions` of an
+    /// interval after session 0), so the server sees an even stream.
+    pub fn for_session(start: Instant, rate: f64, sessions: usize, s: usize) -> Pace {
+        let interval = Duration::from_secs_f64(sessions as f64 / rate);
+        Pace {
+            first: start + interval.mul_f64(s as f64 / sessions as f64),
+            interval,
+        }
+    }
+
+    /// When operation `k` (from 0) is due.
+    pub fn due(&self, k: u64) -> Instant {
+        self.first + self.interval.mul_f64(k as f64)
+    }
 }
 
 /// Decides, across all sessions of a run, whether another operation may
@@ -154,12 +189,14 @@ struct Shared {
 
 /// Runs `work` on the session until it is exhausted or `budget` says stop,
 /// with up to `inflight` requests outstanding, and waits for every reply.
+/// With `pace`, each operation waits for its due time as well (open loop).
 ///
 /// `server` is only used in messages.
 pub async fn drive<W: Workload>(
     parts: &mut ConnParts,
     work: &mut W,
     inflight: usize,
+    pace: Option<Pace>,
     budget: &Budget,
     live: &LiveCounters,
     server: &str,
@@ -180,7 +217,9 @@ pub async fn drive<W: Workload>(
         timeout_ms,
     } = parts;
     let timeout_ms = *timeout_ms;
-    let write_half = write_loop(writer, next_xid, timeout_ms, work, budget, &shared, server);
+    let write_half = write_loop(
+        writer, next_xid, timeout_ms, work, pace, budget, &shared, server,
+    );
     let read_half = read_loop(reader, codec, rbuf, timeout_ms, &shared, live, server);
     let (write_result, mut stats) = tokio::join!(write_half, read_half);
     if let Err(e) = write_result {
@@ -191,16 +230,21 @@ pub async fn drive<W: Workload>(
     stats
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn write_loop<W: Workload>(
     writer: &mut tokio::net::tcp::OwnedWriteHalf,
     next_xid: &mut i32,
     timeout_ms: i32,
     work: &mut W,
+    pace: Option<Pace>,
     budget: &Budget,
     shared: &Shared,
     server: &str,
 ) -> Result<(), BenchError> {
-    let result = write_requests(writer, next_xid, timeout_ms, work, budget, shared, server).await;
+    let result = write_requests(
+        writer, next_xid, timeout_ms, work, pace, budget, shared, server,
+    )
+    .await;
     if result.is_err() {
         shared.writer_failed.store(true, Ordering::Release);
     }
@@ -209,11 +253,13 @@ async fn write_loop<W: Workload>(
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn write_requests<W: Workload>(
     writer: &mut tokio::net::tcp::OwnedWriteHalf,
     next_xid: &mut i32,
     timeout_ms: i32,
     work: &mut W,
+    pace: Option<Pace>,
     budget: &Budget,
     shared: &Shared,
     server: &str,
@@ -227,7 +273,31 @@ async fn write_requests<W: Workload>(
         server: server.into(),
         source,
     };
+    // Operations sent so far (the next one's index in `pace`).
+    let mut k: u64 = 0;
     loop {
+        // Open loop: when the generator was ready to send operation k — its
+        // due time, or when the timer woke it if it had to sleep (tokio's
+        // timer wakes up to a millisecond late: the generator's delay, not
+        // the server's, so it is not counted).
+        let mut ready = None;
+        if let Some(pace) = pace {
+            // Wait for the next due time, pinging if that is far off.
+            let due = pace.due(k);
+            ready = Some(due);
+            while Instant::now() < due {
+                let wake = due.min(Instant::now() + idle);
+                tokio::time::sleep_until(wake.into()).await;
+                if Instant::now() < due {
+                    codec
+                        .encode(&RequestFrame::ping(), &mut wbuf)
+                        .map_err(wire_error)?;
+                    write_within(writer, &wbuf, stall_max, server).await?;
+                    wbuf.clear();
+                }
+                ready = Some(Instant::now());
+            }
+        }
         let permit = tokio::select! {
             biased;
             permit = shared.credits.acquire() => permit,
@@ -271,9 +341,19 @@ async fn write_requests<W: Workload>(
                 .push_back(Pending {
                     xid,
                     opcode,
-                    sent: Instant::now(),
+                    // Open loop: from when it was due (a request sent late
+                    // because the server held every credit waited too), but
+                    // not before the generator was ready.
+                    sent: match (pace, ready) {
+                        (Some(p), Some(r)) => p.due(k).max(r),
+                        _ => Instant::now(),
+                    },
                     expect: op.expect,
                 });
+            k += 1;
+            if pace.is_some_and(|p| p.due(k) > Instant::now()) {
+                break;
+            }
             match shared.credits.try_acquire() {
                 Ok(p) => p.forget(),
                 Err(_) => break,
@@ -466,4 +546,24 @@ fn handle(
         }
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_share_the_rate_and_interleave_evenly() {
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        // 400 ops/s over 4 sessions: each every 10 ms, 2.5 ms apart.
+        let paces: Vec<Pace> = (0..4)
+            .map(|s| Pace::for_session(start, 400.0, 4, s))
+            .collect();
+        assert!(paces.iter().all(|p| p.interval == ms(10)));
+        assert_eq!(paces[0].due(0), start);
+        assert_eq!(paces[1].due(0), start + Duration::from_micros(2500));
+        assert_eq!(paces[3].due(0), start + Duration::from_micros(7500));
+        assert_eq!(paces[1].due(3), start + Duration::from_micros(32_500));
+    }
 }

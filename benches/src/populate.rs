@@ -159,7 +159,10 @@ pub async fn populate(opts: &PopulateOptions) -> Result<PopulateReport, BenchErr
         );
         tasks.push(tokio::spawn(async move {
             let mut parts = conn.into_parts();
-            let stats = drive(&mut parts, &mut work, inflight, &budget, &live, &server).await;
+            let stats = drive(
+                &mut parts, &mut work, inflight, None, &budget, &live, &server,
+            )
+            .await;
             if !stats.broken {
                 if let Ok(conn) = Conn::from_parts(parts, &server, session_id) {
                     let _ = conn.close().await;

@@ -138,6 +138,9 @@ pub struct Report {
     pub namespace: String,
     /// The seed of the run's random choices.
     pub seed: u64,
+    /// Open loop (`--rate`): the operations per second offered; latency then
+    /// counts from each operation's due time.
+    pub offered_rate: Option<f64>,
 }
 
 impl Report {
@@ -198,23 +201,34 @@ impl Report {
         .trim_end_matches('}')
         .to_owned()
             + &match self.server_cpu {
-                None => "}".to_owned(),
+                None => String::new(),
                 Some(s) => format!(
-                    ",\"server_cpu_user_s\":{},\"server_cpu_sys_s\":{},\"server_cpu_us_per_op\":{}}}",
+                    ",\"server_cpu_user_s\":{},\"server_cpu_sys_s\":{},\"server_cpu_us_per_op\":{}",
                     number(round(s.user_s, 2)),
                     number(round(s.sys_s, 2)),
                     number(round(self.server_cpu_us_per_op().unwrap_or(0.0), 2)),
                 ),
             }
+            + &match self.offered_rate {
+                None => String::new(),
+                Some(r) => format!(",\"offered_ops_per_sec\":{}", number(round(r, 1))),
+            }
+            + "}"
     }
 
     /// The human summary block.
     pub fn to_human(&self) -> String {
         let l = &self.latency;
+        let offered = match self.offered_rate {
+            None => String::new(),
+            Some(r) => format!(
+                "\n  offered    {r:.1} ops/s (open loop: latency from each operation's due time)"
+            ),
+        };
         format!(
             "rzk-bench run {workload} against {server}\n\
              \x20 sessions {sessions}, inflight {inflight}, value {value_bytes} B, namespace {ns}, seed {seed}\n\
-             \x20 ops        {ops} in {seconds:.2} s = {rate:.1} ops/s\n\
+             \x20 ops        {ops} in {seconds:.2} s = {rate:.1} ops/s{offered}\n\
              \x20 errors     {errors}\n\
              \x20 latency us p50 {p50}  p90 {p90}  p99 {p99}  p99.9 {p999}  max {max}\n\
              \x20 cpu        user {user:.2} s  sys {sys:.2} s  share {share:.1}% of {cores} cores",
@@ -300,6 +314,7 @@ mod tests {
             messages: vec![],
             namespace: "/ns".into(),
             seed: 1,
+            offered_rate: None,
             server_cpu: None,
         };
         let line = report.to_json();

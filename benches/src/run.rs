@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conn::Conn;
 use crate::error::BenchError;
-use crate::pipeline::{drive, new_histogram, Budget, DriveStats, LiveCounters};
+use crate::pipeline::{drive, new_histogram, Budget, DriveStats, LiveCounters, Pace};
 use crate::report::{cores, CpuTime, Percentiles, Report};
 use crate::workload::{create_request, open_acl, SessionWork, Shape, ValuePool, WorkloadKind};
 
@@ -65,6 +65,10 @@ pub struct RunOptions {
     /// runs on this machine: their CPU time during the timed phase, summed,
     /// is then reported (`server_cpu_*` in the JSON). Empty: not measured.
     pub server_pids: Vec<u32>,
+    /// Open loop: operations per second offered in total, spread evenly over
+    /// the sessions ([`crate::pipeline::Pace`]); `None`: closed loop (each
+    /// session sends as soon as it has a credit).
+    pub rate: Option<f64>,
 }
 
 impl RunOptions {
@@ -179,6 +183,7 @@ impl Measured {
             messages: self.stats.messages,
             namespace: opts.namespace.clone(),
             seed: opts.seed,
+            offered_rate: opts.rate,
         }
     }
 }
@@ -379,6 +384,7 @@ async fn run_pipelined(
     }));
     let live = Arc::new(LiveCounters::default());
     let phase = TimedPhase::start(opts, &budget, &live, cancel);
+    let start = Instant::now();
     let tasks: Vec<_> = sessions
         .into_iter()
         .enumerate()
@@ -389,11 +395,15 @@ async fn run_pipelined(
                 opts.member(s).to_owned(),
                 opts.inflight,
             );
+            let pace = opts
+                .rate
+                .map(|rate| Pace::for_session(start, rate, opts.sessions, s));
             tokio::spawn(async move {
                 let stats = drive(
                     &mut session.parts,
                     &mut session.work,
                     inflight,
+                    pace,
                     &budget,
                     &live,
                     &server,
@@ -453,6 +463,7 @@ async fn prepopulate(sessions: &mut [Session], opts: &RunOptions) -> Result<(), 
                 &mut session.parts,
                 &mut script,
                 opts.inflight,
+                None,
                 budget,
                 live,
                 server,

@@ -69,6 +69,7 @@ fn options(server: &Server, workload: WorkloadKind, ops: u64) -> RunOptions {
         seed: 11,
         keys_per_session: 8,
         server_pids: Vec::new(),
+        rate: None,
     }
 }
 
@@ -179,6 +180,30 @@ async fn the_servers_cpu_time_is_reported_with_its_pid() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storm_runs_clean() {
     run_clean(WorkloadKind::Storm, 60, 60).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_loop_run_keeps_to_its_schedule() {
+    // 3 sessions offering 300 ops/s together: the 120th operation is due
+    // 0.4 s after the first (each session's 40th, 10 ms apart), so the run
+    // cannot end sooner, however fast the server answers; closed loop the
+    // same 120 gets take a few milliseconds.
+    let server = Server::start().await;
+    let mut opts = options(&server, WorkloadKind::Get, 120);
+    opts.rate = Some(300.0);
+    let report = run(&opts, CancellationToken::new()).await.unwrap();
+    assert_eq!(report.errors, 0, "{:?}", report.messages);
+    assert_eq!(report.ops, 120);
+    assert!(report.seconds >= 0.38, "{} s", report.seconds);
+    assert_eq!(report.offered_rate, Some(300.0));
+    assert!(
+        report
+            .to_json()
+            .ends_with(",\"offered_ops_per_sec\":300.0}"),
+        "{}",
+        report.to_json()
+    );
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@
 //! directory; with a disk size, each member's `{disk}` is a tmpfs of that
 //! size (root only), which the disk-full fault fills with a ballast file.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -76,6 +76,22 @@ fn free_port() -> Result<(u16, socket2::Socket)> {
     Ok((port, s))
 }
 
+/// A port from `pick` that no earlier pick of the run has; a repeated one is
+/// kept open in `rejected` so that the next pick cannot return it again.
+fn distinct<S>(
+    used: &mut HashSet<u16>,
+    rejected: &mut Vec<S>,
+    pick: impl Fn() -> Result<(u16, S)>,
+) -> Result<(u16, S)> {
+    loop {
+        let (port, socket) = pick()?;
+        if used.insert(port) {
+            return Ok((port, socket));
+        }
+        rejected.push(socket);
+    }
+}
+
 fn signal(pid: u32, sig: &str) -> Result<()> {
     let status = std::process::Command::new("kill")
         .arg(format!("-{sig}"))
@@ -94,6 +110,13 @@ impl Cluster {
     /// member's disk (needs root).
     pub async fn create(cfg: Config, work: &Path, disk_mb: Option<u64>) -> Result<Cluster> {
         let mut members = Vec::new();
+        // Every port of the run is a different number: a member's own port
+        // equal to one of its proxies' made rzk refuse its config ("server.2
+        // and server.1 both use 127.0.0.1:35267", seen once in a run while
+        // other test suites bound ports on the same host).
+        let mut used = HashSet::new();
+        let mut rejected = Vec::new();
+        let mut rejected_links = Vec::new();
         for id in 1..=cfg.members {
             let dir = work.join(format!("m{id}"));
             let disk = dir.join("disk");
@@ -117,11 +140,11 @@ impl Cluster {
             let mut ports = BTreeMap::new();
             let mut held = Vec::new();
             for name in &cfg.peer_ports {
-                let (port, socket) = free_port()?;
+                let (port, socket) = distinct(&mut used, &mut rejected, free_port)?;
                 ports.insert(name.clone(), port);
                 held.push(socket);
             }
-            let (client_port, socket) = free_port()?;
+            let (client_port, socket) = distinct(&mut used, &mut rejected, free_port)?;
             held.push(socket);
             members.push(Member {
                 id,
@@ -144,14 +167,30 @@ impl Cluster {
                 }
                 for (name, port) in &to.ports {
                     let target: SocketAddr = ([127, 0, 0, 1], *port).into();
-                    links.insert((from.id, to.id, name.clone()), Link::start(target).await?);
+                    let link = loop {
+                        let link = Link::start(target).await?;
+                        if used.insert(link.local().port()) {
+                            break link;
+                        }
+                        rejected_links.push(link);
+                    };
+                    links.insert((from.id, to.id, name.clone()), link);
                 }
             }
         }
         let mut client_links = Vec::new();
         for m in &members {
-            client_links.push(Link::start(([127, 0, 0, 1], m.client_port).into()).await?);
+            let link = loop {
+                let link = Link::start(([127, 0, 0, 1], m.client_port).into()).await?;
+                if used.insert(link.local().port()) {
+                    break link;
+                }
+                rejected_links.push(link);
+            };
+            client_links.push(link);
         }
+        // Held until every port is chosen, so that a retry cannot get one back.
+        drop((rejected, rejected_links));
         let cluster = Cluster {
             cfg,
             members,
@@ -566,6 +605,17 @@ mod tests {
                 assert_eq!(line, format!("server.{}=127.0.0.1:{q}:{e}", peer.id));
             }
         }
+    }
+
+    #[test]
+    fn a_port_picked_twice_is_held_aside_and_picked_again() {
+        let picks = std::cell::RefCell::new(vec![7, 5, 5, 3].into_iter());
+        let pick = || Ok::<_, anyhow::Error>((picks.borrow_mut().next().unwrap(), ()));
+        let (mut used, mut rejected) = (HashSet::new(), Vec::new());
+        assert_eq!(distinct(&mut used, &mut rejected, pick).unwrap().0, 7);
+        assert_eq!(distinct(&mut used, &mut rejected, pick).unwrap().0, 5);
+        assert_eq!(distinct(&mut used, &mut rejected, pick).unwrap().0, 3);
+        assert_eq!(rejected.len(), 1);
     }
 
     #[tokio::test]

@@ -20,6 +20,8 @@ mod cluster;
 mod config;
 mod nemesis;
 mod report;
+#[cfg(test)]
+mod scenarios;
 mod summarize;
 mod workload;
 

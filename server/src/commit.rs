@@ -161,7 +161,7 @@ impl Core {
         if let Applied::SessionClosed = applied {
             if let Some(s) = self.sessions.remove(&sid) {
                 if let Some(cid) = s.conn {
-                    if let Some(c) = self.conns.get_mut(&cid) {
+                    if let Some(c) = self.conns.get_mut(&cid.get()) {
                         c.state = ConnState::Closing;
                         c.outbox.close_after_flush();
                     }

@@ -118,10 +118,10 @@ impl ForwardMsg {
                 b.put_i64(*session);
                 b.put_i32(*cxid);
                 b.put_u8(u8::from(auth.is_super));
-                b.put_u32(auth.ids.len() as u32);
-                for (scheme, id) in &auth.ids {
+                b.put_u32(auth.identities().count() as u32);
+                for (scheme, id) in auth.identities() {
                     put_str(&mut b, scheme);
-                    put_str(&mut b, id);
+                    put_str(&mut b, &id);
                 }
                 b.put_u32(frame.len() as u32);
                 b.put_slice(frame);
@@ -206,7 +206,11 @@ impl ForwardMsg {
                     request,
                     session,
                     cxid,
-                    auth: AuthInfo { ids, is_super },
+                    auth: AuthInfo {
+                        peer_ip: None,
+                        ids,
+                        is_super,
+                    },
                     frame,
                 }
             }

@@ -223,6 +223,13 @@ impl LeaderStage {
         }
     }
 
+    /// Whether the applied session table answers a resume of `sid` as the
+    /// ensemble would: not when its create or close is proposed and not yet
+    /// applied here (the barrier of a sync settles those).
+    pub(crate) fn decides_resume(&self, sid: i64) -> bool {
+        !self.creating.contains(&sid) && !self.closing.contains(&sid)
+    }
+
     /// Preps a request and proposes its txn.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn submit(

@@ -16,8 +16,8 @@ use rzk_zxid::Zxid;
 
 use crate::acl::AuthInfo;
 use crate::core::{
-    format_sid, now_ms, push_frame, Conn, ConnState, ConnStats, Core, CoreError, HeldConnect,
-    InFlight, ReplyQueue, Revalidation, Serving,
+    format_sid, now_ms, push_frame, session_conn, Backlog, Conn, ConnState, ConnStats, Core,
+    CoreError, HeldConnect, InFlight, ReplyQueue, Revalidation, Serving,
 };
 use crate::forward::ForwardMsg;
 use crate::leader::Submit;
@@ -82,7 +82,7 @@ impl Core {
             outbox,
             auth,
             state: ConnState::Connecting,
-            backlog: Vec::new(),
+            backlog: Backlog::default(),
             queue: ReplyQueue::default(),
             read_only_byte: req.read_only.is_some(),
             established_ms: now_ms(),
@@ -116,6 +116,7 @@ impl Core {
         // doc §3.5 step 1: any other connection of this session is closed
         // first, even if the password turns out wrong.
         if let Some(old) = self.sessions.get_mut(&sid).and_then(|s| s.conn.take()) {
+            let old = old.get();
             if old != id {
                 if let Some(c) = self.conns.get_mut(&old) {
                     c.state = ConnState::Closing;
@@ -123,7 +124,19 @@ impl Core {
                 }
             }
         }
-        // This member's session table may be behind the ensemble's either way:
+        // The leader decides from its own table, as ZooKeeper's leader does
+        // (its revalidation touches its own session tracker): every committed
+        // create and close is applied here or still tracked as proposed, so a
+        // session neither being created nor closed is live here exactly when
+        // it is in the table. No quorum round: a leader that has not noticed
+        // yet that it is cut off from its followers still resumes its clients
+        // and serves their reads, as ZooKeeper's does (found by rzk-chaos
+        // `--schedule partition-leader`: every resume waited for the heal).
+        if self.leader.as_ref().is_some_and(|l| l.decides_resume(sid)) {
+            self.finish_resume(id, conn, req, negotiated);
+            return;
+        }
+        // A follower's session table may be behind the ensemble's either way:
         // a session created (or closed, or expired) through another member is
         // applied here a moment after that member answered its client. So a
         // member does not decide from its table at once: ZooKeeper's learners
@@ -220,7 +233,8 @@ impl Core {
         let s = self.sessions.get_mut(&sid).expect("checked above");
         // Another connection may have resumed the session meanwhile: the newer
         // one wins, as at step 1.
-        if let Some(old) = s.conn.replace(id) {
+        if let Some(old) = std::mem::replace(&mut s.conn, session_conn(id)) {
+            let old = old.get();
             if old != id {
                 if let Some(c) = self.conns.get_mut(&old) {
                     c.state = ConnState::Closing;
@@ -240,7 +254,7 @@ impl Core {
         conn.stats.sent += 1;
         self.stats.packets_sent += 1;
         tracing::info!(session = %format_sid(sid), peer = %conn.peer(), timeout_ms = negotiated, "session resumed");
-        let backlog = std::mem::take(&mut conn.backlog);
+        let backlog = conn.backlog.take();
         self.conns.insert(id, conn);
         // The leader makes this member the session's owner (a write through
         // another member's stale connection then gets SESSIONMOVED).
@@ -274,7 +288,7 @@ impl Core {
         self.watches.remove_conn(id);
         if let Some(sid) = conn.session() {
             if let Some(s) = self.sessions.get_mut(&sid) {
-                if s.conn == Some(id) {
+                if s.conn == session_conn(id) {
                     s.conn = None;
                 }
             }
@@ -291,7 +305,7 @@ impl Core {
         let Some(s) = self.sessions.get_mut(&sid) else {
             return;
         };
-        s.conn = Some(id);
+        s.conn = session_conn(id);
         tracing::info!(session = %format_sid(sid), peer = %conn.peer(), timeout_ms = s.timeout_ms, "session established");
         // The ConnectResponse carries the readOnly byte exactly when the
         // request did; the outbox encodes it as the codec would.
@@ -306,7 +320,7 @@ impl Core {
         conn.stats.sent += 1;
         self.stats.packets_sent += 1;
         conn.state = ConnState::Connected(sid);
-        let backlog = std::mem::take(&mut conn.backlog);
+        let backlog = conn.backlog.take();
         for (req, permit) in backlog {
             self.process(id, sid, req, permit);
         }

@@ -290,10 +290,10 @@ impl Core {
                     last_response_ms: s
                         .last_response
                         .map_or(0, |t| now_ms() - t.elapsed().as_millis() as i64),
-                    last_latency_ms: s.last_latency_ms,
-                    min_latency_ms: s.min_latency_ms,
+                    last_latency_ms: s.last_latency_ms.into(),
+                    min_latency_ms: s.min_latency_ms.into(),
                     avg_latency_ms: s.total_latency_ms.checked_div(s.replies).unwrap_or(0),
-                    max_latency_ms: s.max_latency_ms,
+                    max_latency_ms: s.max_latency_ms.into(),
                 };
                 (*id, view)
             })
