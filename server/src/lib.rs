@@ -44,6 +44,7 @@ pub mod import;
 pub mod import_zk;
 mod leader;
 pub mod logging;
+pub mod malloc;
 mod metrics;
 pub mod outbox;
 pub mod path;

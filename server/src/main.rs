@@ -176,6 +176,8 @@ fn overrides(cli: &Cli) -> Result<Vec<(String, String)>, String> {
 }
 
 fn main() -> ExitCode {
+    // First, before anything large is allocated and freed (rzk_server::malloc).
+    let mmap_threshold = rzk_server::malloc::fix_mmap_threshold();
     let cli = Cli::parse();
     if let Some(tool) = &cli.command {
         return run_tool(tool);
@@ -208,6 +210,7 @@ fn main() -> ExitCode {
     for w in &config.warnings {
         tracing::warn!("{w}");
     }
+    tracing::debug!(?mmap_threshold, "malloc's mmap threshold");
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
