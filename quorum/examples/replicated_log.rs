@@ -62,11 +62,17 @@ pub struct NodeOptions {
     pub snap_chunk_bytes: Option<usize>,
     /// See `snap_chunk_bytes`.
     pub snap_in_flight_bytes: Option<u64>,
+    /// Snapshots the log retains (`rzk-wal`'s `snap_retain_count`; the log is
+    /// kept after the oldest), if set.
+    pub snap_retain: Option<usize>,
+    /// The log's segment size (`rzk-wal` purges whole segments), if set.
+    pub segment_bytes: Option<u64>,
 }
 
 /// Reads `--id`, `--peers`, `--client`, `--dir`, and optional
 /// `--retain-below-snapshot`, `--sync-limit-ms`, `--snapshot-pad-bytes`,
-/// `--snap-chunk-bytes`, `--snap-in-flight-bytes`.
+/// `--snap-chunk-bytes`, `--snap-in-flight-bytes`, `--snap-retain`,
+/// `--segment-bytes`.
 pub fn parse_args(args: &[String]) -> anyhow::Result<NodeOptions> {
     let get = |name: &str| -> Option<&String> {
         args.iter()
@@ -108,6 +114,8 @@ pub fn parse_args(args: &[String]) -> anyhow::Result<NodeOptions> {
         snap_in_flight_bytes: get("--snap-in-flight-bytes")
             .map(|v| v.parse())
             .transpose()?,
+        snap_retain: get("--snap-retain").map(|v| v.parse()).transpose()?,
+        segment_bytes: get("--segment-bytes").map(|v| v.parse()).transpose()?,
     })
 }
 
@@ -207,7 +215,14 @@ fn load(source: &SnapshotSource) -> anyhow::Result<Vec<(Zxid, Bytes)>> {
 
 /// Runs one node until the process is killed.
 pub async fn run_node(o: NodeOptions) -> anyhow::Result<()> {
-    let storage = WalStorage::open(&o.dir, WalOptions::default()).map_err(|e| anyhow!("{e}"))?;
+    let mut wal_options = WalOptions::default();
+    if let Some(n) = o.snap_retain {
+        wal_options.snap_retain_count = n;
+    }
+    if let Some(n) = o.segment_bytes {
+        wal_options.log.segment_bytes = n;
+    }
+    let storage = WalStorage::open(&o.dir, wal_options).map_err(|e| anyhow!("{e}"))?;
     let listener = TcpListener::bind(o.peers[&o.id]).await?;
     let (transport, inbox) =
         GrpcTransport::start(GrpcConfig::new(o.id, o.peers.clone()), listener)?;

@@ -21,12 +21,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::core::{
-    Config, Input, OpId, Output, Peer, ReadCmd, ReadData, ReadId, Refusal, SnapshotRef, StorageCmd,
-    Tick,
+    Config, Input, OpId, Output, Peer, ReadCmd, ReadData, ReadId, Refusal, StorageCmd, Tick,
 };
 use crate::message::{Entry, Message, SessionMsg};
 use crate::storage::{
-    DirectLog, Durable, RecoveredLog, Storage, StorageError, StorageReader, WrittenSnapshot,
+    DirectLog, Durable, RecoveredLog, SavedSnapshot, Storage, StorageError, StorageReader,
+    WrittenSnapshot,
 };
 use crate::transport::{Inbound, Inbox, Transport};
 use crate::{
@@ -111,7 +111,8 @@ enum Cmd {
 
 enum StoreReq {
     Cmd(OpId, StorageCmd),
-    CommitSnapshot(WrittenSnapshot, Reply),
+    /// With the log to keep for syncs in progress (`Peer::log_needed_after`).
+    CommitSnapshot(WrittenSnapshot, Option<Zxid>, Reply),
 }
 
 enum Done {
@@ -119,7 +120,7 @@ enum Done {
     /// Storage refused this command (a received snapshot that does not
     /// verify); every command before it is done.
     Refused(OpId, String),
-    SnapshotCommitted(Zxid, SnapshotRef, Reply),
+    SnapshotCommitted(Zxid, SavedSnapshot, Reply),
     Read(ReadId, Result<ReadData, String>),
     Failed(StorageError),
 }
@@ -478,13 +479,12 @@ fn spawn_storage<S: Storage>(
                                 Err(e) => Err(e),
                             }
                         }
-                        StoreReq::CommitSnapshot(written, reply) => {
+                        StoreReq::CommitSnapshot(written, hold, reply) => {
                             let zxid = written.zxid();
                             flush(&mut storage, &mut last, &mut pending)
-                                .and_then(|()| storage.commit_snapshot(written))
-                                .map(|snapshot| {
-                                    let _ =
-                                        done.send(Done::SnapshotCommitted(zxid, snapshot, reply));
+                                .and_then(|()| storage.commit_snapshot(written, hold))
+                                .map(|saved| {
+                                    let _ = done.send(Done::SnapshotCommitted(zxid, saved, reply));
                                 })
                         }
                     };
@@ -732,7 +732,8 @@ impl<T: Transport> Driver<T> {
                         self.storage_done = self.storage_done.max(op);
                         self.step(Input::StorageRefused { op });
                     }
-                    Some(Done::SnapshotCommitted(zxid, snapshot, reply)) => {
+                    Some(Done::SnapshotCommitted(zxid, saved, reply)) => {
+                        let SavedSnapshot { snapshot, log_start } = saved;
                         self.thread_snapshots -= 1;
                         self.shared.metrics.lock().expect("not poisoned").last_snapshot =
                             Some(crate::replicator::LastSnapshot {
@@ -743,7 +744,7 @@ impl<T: Transport> Driver<T> {
                                     .unwrap_or(0),
                                 size_bytes: snapshot.size_bytes,
                             });
-                        self.step(Input::SnapshotSaved { snapshot });
+                        self.step(Input::SnapshotSaved { snapshot, log_start });
                         let _ = reply.send(Ok(zxid));
                     }
                     Some(Done::Read(id, result)) => self.step(Input::ReadDone { id, result }),
@@ -931,7 +932,13 @@ impl<T: Transport> Driver<T> {
                 Cmd::CommitSnapshot(written, reply) => {
                     self.flush_proposals(&mut batch);
                     self.thread_snapshots += 1;
-                    let _ = self.store_tx.send(StoreReq::CommitSnapshot(written, reply));
+                    // A sync that starts after this read streams the newest
+                    // snapshot, which retention keeps (at least until the
+                    // next commit, which reads this again).
+                    let hold = self.peer.log_needed_after();
+                    let _ = self
+                        .store_tx
+                        .send(StoreReq::CommitSnapshot(written, hold, reply));
                 }
                 Cmd::Forward(payload) => {
                     // In order with the proposals before it.

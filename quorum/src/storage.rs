@@ -75,7 +75,25 @@ pub trait Storage: Send + 'static {
     fn sync(&mut self) -> Result<(), StorageError>;
     /// Puts a snapshot written through a [`SnapshotSink`] into the catalog
     /// (durably), and purges the history no retained snapshot needs.
-    fn commit_snapshot(&mut self, written: WrittenSnapshot) -> Result<SnapshotRef, StorageError>;
+    ///
+    /// # Correctness
+    /// The returned [`SavedSnapshot::log_start`] says truly where the log
+    /// starts after the purge: every entry after it that was durable stays
+    /// readable until a later purge reports a higher start, and the
+    /// snapshots a reader has open stay readable (a SNAP transfer streams
+    /// them). The core counts on it to finish SNAP transfers of older
+    /// snapshots from the log, and drops them only once it passes them.
+    ///
+    /// `hold_after` ([`crate::core::Peer::log_needed_after`], read when the
+    /// commit was asked): a sync in progress reads the log after this zxid;
+    /// storage should keep it when it purges (`rzk-wal` does; a storage that
+    /// does not just reports the higher start it has, and the core drops
+    /// that sync).
+    fn commit_snapshot(
+        &mut self,
+        written: WrittenSnapshot,
+        hold_after: Option<Zxid>,
+    ) -> Result<SavedSnapshot, StorageError>;
     /// The read side, for other threads.
     fn reader(&self) -> Arc<dyn StorageReader>;
     /// A way to append to the log from the driver's own task, without a round
@@ -214,6 +232,19 @@ pub trait SnapshotSink: Send {
     fn finish(
         self: Box<Self>,
     ) -> Pin<Box<dyn Future<Output = Result<WrittenSnapshot, StorageError>> + Send>>;
+}
+
+/// What [`Storage::commit_snapshot`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SavedSnapshot {
+    /// The newest snapshot in the catalog now (the one committed, or a
+    /// newer one already there).
+    pub snapshot: SnapshotRef,
+    /// Where the durable log starts after the purge: entries after it are
+    /// readable. Storage that retains several snapshots keeps the log after
+    /// the oldest of them (`rzk-wal`: `snapRetainCount`), so this is at or
+    /// below that snapshot's zxid.
+    pub log_start: Zxid,
 }
 
 /// A snapshot written and durable, to be committed with
@@ -392,7 +423,11 @@ impl Storage for MemStorage {
         Ok(())
     }
 
-    fn commit_snapshot(&mut self, written: WrittenSnapshot) -> Result<SnapshotRef, StorageError> {
+    fn commit_snapshot(
+        &mut self,
+        written: WrittenSnapshot,
+        _hold_after: Option<Zxid>,
+    ) -> Result<SavedSnapshot, StorageError> {
         let (zxid, data) = written.downcast::<(Zxid, Bytes)>()?;
         let snapshot = SnapshotRef {
             zxid,
@@ -400,12 +435,20 @@ impl Storage for MemStorage {
             crc: checksum(&data),
         };
         let mut s = self.state.lock().expect("not poisoned");
+        // One snapshot is kept, and the log after it only (no hold: the
+        // older snapshot's bytes go too, so its transfer could not go on).
         if let Some((newer, _)) = s.snapshot.as_ref().filter(|x| x.0.zxid >= zxid) {
-            return Ok(*newer);
+            return Ok(SavedSnapshot {
+                snapshot: *newer,
+                log_start: newer.zxid,
+            });
         }
         s.snapshot = Some((snapshot, data));
         s.log.retain(|e| e.zxid > zxid);
-        Ok(snapshot)
+        Ok(SavedSnapshot {
+            snapshot,
+            log_start: zxid,
+        })
     }
 
     fn reader(&self) -> Arc<dyn StorageReader> {

@@ -40,15 +40,16 @@ use rzk_zxid::{Epoch, Zxid};
 use crate::core::{Epochs, ReadCmd, ReadData, Recovered, SnapshotRef, StorageCmd, SyncMode};
 use crate::message::Entry;
 use crate::storage::{
-    DirectLog, Durable, RecoveredLog, SinkError, SnapshotSink, Storage, StorageError,
-    StorageReader, WrittenSnapshot,
+    DirectLog, Durable, RecoveredLog, SavedSnapshot, SinkError, SnapshotSink, Storage,
+    StorageError, StorageReader, WrittenSnapshot,
 };
 use crate::{PeerId, SnapshotSource};
 
 const ACCEPTED_FROM: &str = "quorum-accepted-from";
 
-/// Snapshot files a reader keeps open: the one being served and the one
-/// before, so a transfer in progress survives the next snapshot's purge.
+/// Snapshot files a reader keeps open, least recently used dropped first: the
+/// ones being served, so a transfer in progress survives retention removing
+/// its file (an open file stays readable).
 const OPEN_SNAPSHOTS_MAX: usize = 4;
 
 /// A ZAB peer's storage on `rzk-wal`.
@@ -315,14 +316,21 @@ impl Storage for WalStorage {
         self.wait_pending()
     }
 
-    fn commit_snapshot(&mut self, written: WrittenSnapshot) -> Result<SnapshotRef, StorageError> {
+    fn commit_snapshot(
+        &mut self,
+        written: WrittenSnapshot,
+        hold_after: Option<Zxid>,
+    ) -> Result<SavedSnapshot, StorageError> {
         let written = written.downcast::<rzk_wal::WrittenSnapshot>()?;
         self.wait_all_appends()?;
         let newest = self.wal.snapshots().map_err(err)?.last().map(snapshot_ref);
         if let Some(newest) = newest.filter(|n| n.zxid >= written.zxid()) {
             // A newer state is already here (a SNAP installed meanwhile, or a
             // later snapshot): this one is dropped, its file removed.
-            return Ok(newest);
+            return Ok(SavedSnapshot {
+                snapshot: newest,
+                log_start: self.wal.log_start(),
+            });
         }
         let info = match self.wal.commit_snapshot(written) {
             Ok(info) => info,
@@ -331,16 +339,27 @@ impl Storage for WalStorage {
                 // covered by the newer snapshot the log starts at.
                 tracing::info!(%zxid, %start, "a snapshot older than the log start is dropped");
                 let newest = self.wal.snapshots().map_err(err)?;
-                return newest
+                let snapshot = newest
                     .last()
                     .map(snapshot_ref)
-                    .ok_or_else(|| err(format!("the log starts at {start} with no snapshot")));
+                    .ok_or_else(|| err(format!("the log starts at {start} with no snapshot")))?;
+                return Ok(SavedSnapshot {
+                    snapshot,
+                    log_start: self.wal.log_start(),
+                });
             }
             Err(e) => return Err(err(e)),
         };
-        let report = self.wal.purge().map_err(err)?;
+        // Retention keeps the newest `snap_retain_count` snapshots and the log
+        // after the oldest of them, or after what a sync in progress still
+        // reads if that is lower: the core is told where the log starts, so a
+        // SNAP transfer finishes from the log however many snapshots pass.
+        let report = self.wal.purge_holding(hold_after).map_err(err)?;
         tracing::info!(zxid = %info.zxid, ?report, "snapshot saved, old history purged");
-        Ok(snapshot_ref(&info))
+        Ok(SavedSnapshot {
+            snapshot: snapshot_ref(&info),
+            log_start: report.start,
+        })
     }
 
     fn reader(&self) -> Arc<dyn StorageReader> {
@@ -403,14 +422,16 @@ impl WalReader {
                 && f.size_bytes() == snapshot.size_bytes
                 && f.crc() == snapshot.crc
         };
-        if let Some(f) = self
-            .open
-            .lock()
-            .expect("not poisoned")
-            .iter()
-            .find(|f| same(f))
         {
-            return Ok(f.clone());
+            // Least recently used goes first: a file a SNAP transfer reads
+            // chunk after chunk stays open, so retention removing it from
+            // the catalog (and the directory) does not break the transfer.
+            let mut open = self.open.lock().expect("not poisoned");
+            if let Some(i) = open.iter().position(same) {
+                let f = open.remove(i);
+                open.push(f.clone());
+                return Ok(f);
+            }
         }
         let file = self.wal.open_snapshot(snapshot.zxid).map_err(err)?;
         if !same(&file) {

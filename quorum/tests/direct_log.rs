@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rzk_quorum::core::{Config, Recovered, SnapshotRef, StorageCmd};
+use rzk_quorum::core::{Config, Recovered, StorageCmd};
 use rzk_quorum::message::Entry;
 use rzk_quorum::storage::{
-    DirectLog, Durable, MemStorage, RecoveredLog, Storage, StorageError, StorageReader,
-    WrittenSnapshot,
+    DirectLog, Durable, MemStorage, RecoveredLog, SavedSnapshot, Storage, StorageError,
+    StorageReader, WrittenSnapshot,
 };
 use rzk_quorum::transport::MemNetwork;
 use rzk_quorum::{
@@ -48,8 +48,12 @@ impl Storage for FullWhenArmed {
     fn sync(&mut self) -> Result<(), StorageError> {
         self.inner.sync()
     }
-    fn commit_snapshot(&mut self, written: WrittenSnapshot) -> Result<SnapshotRef, StorageError> {
-        self.inner.commit_snapshot(written)
+    fn commit_snapshot(
+        &mut self,
+        written: WrittenSnapshot,
+        hold_after: Option<rzk_zxid::Zxid>,
+    ) -> Result<SavedSnapshot, StorageError> {
+        self.inner.commit_snapshot(written, hold_after)
     }
     fn reader(&self) -> Arc<dyn StorageReader> {
         self.inner.reader()

@@ -192,20 +192,33 @@ impl Checker {
 }
 
 /// A simulated disk: only what storage confirmed (completed commands), plus
-/// what survives a crash.
+/// what survives a crash. Snapshots are kept as `rzk-wal` keeps them: the
+/// newest `retain` in the catalog, and the log after the oldest of those.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Disk {
+    /// The durable log: the entries after `log_start`.
     pub(crate) log: Vec<Entry>,
+    /// Where the log starts: the oldest catalogued snapshot's zxid (the
+    /// purge point storage reports with `Input::SnapshotSaved`).
+    pub(crate) log_start: Zxid,
     /// The newest snapshot and its "file" (the encoded state machine).
     pub(crate) snapshot: Option<(SnapshotRef, bytes::Bytes)>,
-    /// Older snapshots a reader still has open (a SNAP in progress survives
-    /// the next snapshot, as an open file survives its purge); gone on a crash.
+    /// Older snapshots still in the catalog, oldest first (retention keeps
+    /// `retain` snapshots in all, the newest included).
+    pub(crate) kept: Vec<(SnapshotRef, bytes::Bytes)>,
+    /// Snapshots retention removed that a reader still has open (a SNAP in
+    /// progress survives the removal of its file, as an open file does);
+    /// gone on a crash.
     pub(crate) retained: Vec<(SnapshotRef, bytes::Bytes)>,
     /// A SNAP being received (a temporary file: gone on a crash).
     pub(crate) incoming: Option<(SnapshotRef, Vec<u8>)>,
     pub(crate) epochs: Epochs,
     pub(crate) marker: bool,
 }
+
+/// Snapshot files a simulated reader keeps open after retention removed
+/// them (`rzk-wal` storage keeps 4 open).
+const OPEN_SNAPSHOTS_MAX: usize = 4;
 
 impl Disk {
     pub(crate) fn last(&self) -> Zxid {
@@ -216,6 +229,7 @@ impl Disk {
             .unwrap_or(Zxid::ZERO)
     }
 
+    /// The newest snapshot's zxid: everything at or below it is in it.
     pub(crate) fn base(&self) -> Zxid {
         self.snapshot
             .as_ref()
@@ -223,26 +237,72 @@ impl Disk {
             .unwrap_or(Zxid::ZERO)
     }
 
-    /// The bytes of snapshot `r`, if this disk still has them (newest or open).
+    /// The bytes of snapshot `r`, if this disk still has them (catalogued or
+    /// open).
     pub(crate) fn snapshot_bytes(&self, r: &SnapshotRef) -> Option<bytes::Bytes> {
         if r.size_bytes == 0 {
             return Some(bytes::Bytes::new());
         }
         self.snapshot
             .iter()
+            .chain(self.kept.iter())
             .chain(self.retained.iter())
             .find(|(s, _)| s == r)
             .map(|(_, b)| b.clone())
     }
 
-    /// Makes `r` the newest snapshot, keeping the previous one readable.
-    pub(crate) fn set_snapshot(&mut self, r: SnapshotRef, data: bytes::Bytes) {
-        if let Some(old) = self.snapshot.replace((r, data)) {
-            self.retained.push(old);
-            if self.retained.len() > 3 {
-                self.retained.remove(0);
-            }
+    /// A reader read snapshot `r`: if retention removed it, it is now the
+    /// most recently used of the open files (the last to be closed).
+    pub(crate) fn touch_open(&mut self, r: &SnapshotRef) {
+        if let Some(i) = self.retained.iter().position(|(s, _)| s == r) {
+            let f = self.retained.remove(i);
+            self.retained.push(f);
         }
+    }
+
+    fn close_removed(&mut self, removed: (SnapshotRef, bytes::Bytes)) {
+        self.retained.push(removed);
+        if self.retained.len() > OPEN_SNAPSHOTS_MAX {
+            self.retained.remove(0);
+        }
+    }
+
+    /// A snapshot of this peer's own state is saved: it becomes the newest,
+    /// retention keeps `retain` snapshots and purges the log up to the
+    /// oldest of them, or up to `hold_after` if lower (a sync in progress
+    /// still reads the log after it). Returns where the log starts now.
+    pub(crate) fn save_snapshot(
+        &mut self,
+        r: SnapshotRef,
+        data: bytes::Bytes,
+        retain: usize,
+        hold_after: Option<Zxid>,
+    ) -> Zxid {
+        if let Some(old) = self.snapshot.replace((r, data)) {
+            self.kept.push(old);
+        }
+        while self.kept.len() + 1 > retain.max(1) {
+            let removed = self.kept.remove(0);
+            self.close_removed(removed);
+        }
+        let oldest = self.kept.first().map_or(r.zxid, |(s, _)| s.zxid);
+        let purge_to = hold_after.map_or(oldest, |h| h.min(oldest));
+        self.log_start = self.log_start.max(purge_to);
+        let start = self.log_start;
+        self.log.retain(|e| e.zxid > start);
+        start
+    }
+
+    /// A received snapshot is installed: the log starts after it, and the
+    /// older snapshots leave the catalog (open ones stay readable).
+    pub(crate) fn install_snapshot(&mut self, r: SnapshotRef, data: bytes::Bytes) {
+        let old: Vec<_> = self.kept.drain(..).chain(self.snapshot.take()).collect();
+        for removed in old {
+            self.close_removed(removed);
+        }
+        self.snapshot = Some((r, data));
+        self.log.clear();
+        self.log_start = r.zxid;
     }
 
     /// Whether the disk holds `zxid` (in its log, or inside its snapshot).

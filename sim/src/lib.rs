@@ -98,6 +98,17 @@ pub struct Options {
     /// `None` lets each seed pick 0, 1 or 2 (from its own RNG, so a seed that
     /// picks 0 runs exactly as without them).
     pub observer_members: Option<usize>,
+    /// Snapshots each peer's storage retains (`snapRetainCount`): the log is
+    /// kept after the oldest of them, as `rzk-wal` keeps it.
+    pub snap_retain_count: usize,
+    /// Simulated milliseconds between two snapshots (of a random peer),
+    /// drawn from `lo..hi`.
+    pub snapshot_interval_ms: (u64, u64),
+    /// Whether storage keeps the log a leader's sync in progress still reads
+    /// (`Peer::log_needed_after`) when it purges, as `rzk-wal` does. Off, a
+    /// SNAP transfer lasting longer than `snap_retain_count` snapshots starts
+    /// over.
+    pub hold_log_for_syncs: bool,
 }
 
 impl Default for Options {
@@ -120,6 +131,9 @@ impl Default for Options {
             observers: 2,
             bug_5088: false,
             observer_members: None,
+            snap_retain_count: 3,
+            snapshot_interval_ms: (100, 800),
+            hold_log_for_syncs: true,
         }
     }
 }
@@ -165,6 +179,14 @@ pub struct Report {
     pub log_reads: u64,
     /// Entries those reads returned.
     pub log_read_entries: u64,
+    /// SNAP transfers that went on past a newer snapshot of their leader
+    /// (counted per snapshot), that read their tail from the durable log,
+    /// and that were dropped because storage purged their tail.
+    pub snaps_outlived_snapshot: u64,
+    /// See `snaps_outlived_snapshot`.
+    pub snap_tails_from_disk: u64,
+    /// See `snaps_outlived_snapshot`.
+    pub snaps_purged: u64,
 }
 
 /// A failing run: the seed, the property, and the last events.
@@ -339,6 +361,9 @@ pub fn run(seed: u64, opts: &Options) -> Result<Report, Box<Failure>> {
     let mut w = World::new(seed, opts.clone());
     match guarded(&mut w, World::run) {
         Ok(()) => {
+            for i in 0..w.nodes.len() {
+                w.harvest(i);
+            }
             let mut r = w.report.clone();
             r.trace_hash = w.hash;
             r.sim_ms = w.now;
@@ -1081,13 +1106,14 @@ impl World {
             }
             Output::Apply(entries) => self.apply(i, entries),
             Output::Read { id, cmd } => {
-                let result = match cmd {
+                let result = match cmd.clone() {
                     ReadCmd::SnapshotChunk {
                         snapshot,
                         offset,
                         len,
                     } => match self.nodes[i].disk.snapshot_bytes(&snapshot) {
                         Some(b) => {
+                            self.nodes[i].disk.touch_open(&snapshot);
                             let start = (offset as usize).min(b.len());
                             let end = (start + len).min(b.len());
                             Ok(ReadData::SnapshotChunk(b.slice(start..end)))
@@ -1100,6 +1126,20 @@ impl World {
                         bytes_max,
                     } => self.read_log(i, after, entries_max, bytes_max),
                 };
+                let pid = self.nodes[i].id;
+                self.note(|| {
+                    let what = match &result {
+                        Ok(ReadData::Log(es)) => format!(
+                            "{} entries, {:?} to {:?}",
+                            es.len(),
+                            es.first().map(|e| e.zxid),
+                            es.last().map(|e| e.zxid)
+                        ),
+                        Ok(ReadData::SnapshotChunk(b)) => format!("{} bytes", b.len()),
+                        Err(e) => format!("error: {e}"),
+                    };
+                    format!("{pid:?} read {cmd:?}: {what}")
+                });
                 let at = self.now + self.rng.random_range(0..4);
                 let incarnation = self.nodes[i].incarnation;
                 self.schedule(
@@ -1466,8 +1506,7 @@ impl World {
                         ),
                     ));
                 }
-                disk.set_snapshot(r, Bytes::from(data));
-                disk.log.clear();
+                disk.install_snapshot(r, Bytes::from(data));
             }
             StorageCmd::SaveEpochs(ep) => {
                 let old = disk.epochs;
@@ -1512,6 +1551,17 @@ impl World {
         Ok(())
     }
 
+    /// Adds peer `i`'s SNAP figures to the report (before it stops).
+    fn harvest(&mut self, i: usize) {
+        let Some(peer) = self.nodes[i].peer.as_ref() else {
+            return;
+        };
+        let w = peer.window_counts();
+        self.report.snaps_outlived_snapshot += w.snaps_outlived_snapshot;
+        self.report.snap_tails_from_disk += w.snap_tails_from_disk;
+        self.report.snaps_purged += w.snaps_purged;
+    }
+
     /// Stops peer `i` as a kill -9 or a power loss does.
     fn kill(&mut self, i: usize) -> Result<(), Violation> {
         self.report.crashes += 1;
@@ -1531,6 +1581,7 @@ impl World {
             let keep = if k + 1 == survive { torn } else { usize::MAX };
             self.apply_to_disk(i, cmd, keep)?;
         }
+        self.harvest(i);
         self.nodes[i].peer = None;
         self.relays.drop_relay(i);
         self.notice_crash(i);
@@ -1625,10 +1676,10 @@ impl World {
         bytes_max: usize,
     ) -> Result<ReadData, String> {
         let disk = &self.nodes[i].disk;
-        if after < disk.base() {
+        if after < disk.log_start {
             return Err(format!(
                 "{after} is purged (the log starts at {})",
-                disk.base()
+                disk.log_start
             ));
         }
         let from = disk.log.partition_point(|e| e.zxid <= after);
@@ -1646,7 +1697,8 @@ impl World {
     }
 
     fn snapshot(&mut self) -> Result<(), Violation> {
-        let at = self.now + self.rng.random_range(100..800);
+        let (lo, hi) = self.opts.snapshot_interval_ms;
+        let at = self.now + self.rng.random_range(lo..hi.max(lo + 1));
         self.schedule(at, Event::Snapshot);
         let i = self.rng.random_range(0..self.nodes.len());
         let n = &mut self.nodes[i];
@@ -1660,18 +1712,33 @@ impl World {
             return Ok(());
         }
         // The state machine's snapshot is durable at once (the driver's job);
-        // the disk then purges the log it covers.
+        // retention then purges the log no retained snapshot needs.
         let data = sm_encode(&n.sm);
         let snapshot = SnapshotRef {
             zxid,
             size_bytes: data.len() as u64,
             crc: checksum(&data),
         };
-        n.disk.set_snapshot(snapshot, data);
-        n.disk.log.retain(|e| e.zxid > zxid);
-        let out = peer.step(Tick(self.now), Input::SnapshotSaved { snapshot });
+        // As the driver does: what syncs in progress still read is held.
+        let hold = if self.opts.hold_log_for_syncs {
+            peer.log_needed_after()
+        } else {
+            None
+        };
+        let log_start = n
+            .disk
+            .save_snapshot(snapshot, data, self.opts.snap_retain_count, hold);
+        let out = peer.step(
+            Tick(self.now),
+            Input::SnapshotSaved {
+                snapshot,
+                log_start,
+            },
+        );
         let (id, size) = (n.id, snapshot.size_bytes);
-        self.note(|| format!("{id:?} snapshot at {zxid} ({size} bytes), log purged up to it"));
+        self.note(|| {
+            format!("{id:?} snapshot at {zxid} ({size} bytes), log purged up to {log_start}")
+        });
         self.handle_outputs(i, out)
     }
 }

@@ -10,7 +10,10 @@
 //! quorum, default: each seed picks 0, 1 or 2), `--no-claims-check` (skip the
 //! I1 message check, to see what a violation leads to), `--fault-ms MS`,
 //! `--settle-ms MS` (the Liveness bound after the faults stop, default
-//! 20000), `--trace LINES`.
+//! 20000), `--trace LINES`, `--snap-retain N` (snapshots each peer's storage
+//! retains, default 3), `--snapshot-every LO HI` (simulated milliseconds
+//! between snapshots, drawn from LO..HI; default 100 800), `--no-log-hold`
+//! (storage purges the log a SNAP or DIFF in progress still reads).
 
 use rzk_quorum::core::TestBugs;
 use rzk_sim::{failover, run, Options};
@@ -54,6 +57,18 @@ fn main() {
         opts.disconnect_notice = 0.0;
         opts.link_resets = false;
     }
+    if let Some(n) = get("--snap-retain") {
+        opts.snap_retain_count = n as usize;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--snapshot-every") {
+        let at = |k: usize| args.get(i + k).and_then(|v| v.parse::<u64>().ok());
+        if let (Some(lo), Some(hi)) = (at(1), at(2)) {
+            opts.snapshot_interval_ms = (lo, hi);
+        }
+    }
+    if args.iter().any(|a| a == "--no-log-hold") {
+        opts.hold_log_for_syncs = false;
+    }
     let nodes = get("--nodes");
     if let Some(t) = get("--trace") {
         opts.trace_lines = t as usize;
@@ -79,6 +94,7 @@ fn main() {
     let mut sim_ms = 0u64;
     let mut acked = 0usize;
     let (mut syncs, mut log_reads, mut log_read_entries) = ([0u64; 3], 0u64, 0u64);
+    let mut snaps = [0u64; 3];
     for seed in start..start + count {
         opts.nodes = nodes.unwrap_or(if seed % 2 == 0 { 3 } else { 5 }) as usize;
         match run(seed, &opts) {
@@ -91,6 +107,9 @@ fn main() {
                 }
                 log_reads += r.log_reads;
                 log_read_entries += r.log_read_entries;
+                snaps[0] += r.snaps_outlived_snapshot;
+                snaps[1] += r.snap_tails_from_disk;
+                snaps[2] += r.snaps_purged;
                 if one.is_some() {
                     println!("{r:?}");
                 }
@@ -119,6 +138,10 @@ fn main() {
     println!(
         "syncs: {} DIFF, {} TRUNC, {} SNAP; DIFF below the log window: {log_reads} reads of the durable log, {log_read_entries} entries",
         syncs[0], syncs[1], syncs[2]
+    );
+    println!(
+        "SNAP transfers: {} went on past a newer snapshot, {} read their tail from the durable log, {} dropped (tail purged)",
+        snaps[0], snaps[1], snaps[2]
     );
     if failed > 0 {
         std::process::exit(1);

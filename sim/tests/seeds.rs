@@ -249,8 +249,10 @@ fn a_looking_learners_newleader_ack_does_not_establish_a_leader() {
 /// 1005498, 3 voters and 2 observer members): an observer far behind got SNAP
 /// of a large state in small chunks; the leader's next snapshot trimmed the log
 /// after the one being sent, so the transfer ended in vain and started over,
-/// past the settle bound (Liveness). A SNAP in progress now keeps the log after
-/// its snapshot. Checked by hand that it fails without the fix.
+/// past the settle bound (Liveness). The fix then held the log after a
+/// transferred snapshot in the leader's memory; now (issue 11) storage keeps
+/// it on disk (it retains the older snapshot and the log after it) and the
+/// transfer reads it from there. Checked by hand that it fails without either.
 #[test]
 fn a_snap_in_progress_keeps_the_log_after_its_snapshot() {
     let o = Options {
@@ -258,7 +260,9 @@ fn a_snap_in_progress_keeps_the_log_after_its_snapshot() {
         observer_members: Some(2),
         ..opts(3)
     };
-    run(1_005_498, &o).unwrap_or_else(|f| panic!("{f}"));
+    let r = run(1_005_498, &o).unwrap_or_else(|f| panic!("{f}"));
+    assert!(r.snaps_outlived_snapshot > 0, "{r:?}");
+    assert_eq!(r.snaps_purged, 0, "{r:?}");
 }
 
 /// A single voter, as standalone rzk runs (an ensemble of one), under the
@@ -281,16 +285,70 @@ fn a_single_voter_holds_every_property() {
 
 /// Found with a single voter and an observer member (seed 75): the voter's
 /// restart replay leaves only its window in memory, so the SNAP it then sent
-/// the observer needed entries that were on disk only; the voter's next
-/// snapshot let storage purge them, and the transfer ran to its last chunk
-/// before the leader dropped it and started over, past the settle bound
-/// (Liveness). A leader now drops such a transfer when the snapshot is saved.
-/// Checked by hand that it fails without the fix.
+/// the observer needed entries that were on disk only. When storage keeps a
+/// single snapshot (`snapRetainCount=1`), the voter's next snapshot purges
+/// them, and the transfer used to run to its last chunk before the leader
+/// dropped it and started over, past the settle bound (Liveness). A leader
+/// drops such a transfer as soon as storage reports the purge. Checked by
+/// hand that it fails without the drop in `on_snapshot_saved`.
 #[test]
 fn a_snap_whose_tail_is_purged_starts_over_at_once() {
     let o = Options {
         observer_members: Some(1),
+        snap_retain_count: 1,
+        hold_log_for_syncs: false,
         ..opts(1)
     };
-    run(75, &o).unwrap_or_else(|f| panic!("{f}"));
+    let r = run(75, &o).unwrap_or_else(|f| panic!("{f}"));
+    assert!(r.snaps_purged > 0, "the purge must be exercised: {r:?}");
+}
+
+/// Issue 11: the same run with storage retaining 3 snapshots (rzk-wal's
+/// default) and the log after the oldest (and no hold for the transfer: this
+/// pins the retention contract alone): the observer's SNAP goes on past the
+/// voter's newer snapshots and ends by reading its tail from the durable
+/// log; no transfer is dropped. Checked by hand that it fails when the core
+/// assumes storage purges up to the newest snapshot (the transfers are
+/// dropped: `snaps_purged > 0`).
+#[test]
+fn a_snap_whose_tail_is_on_disk_outlives_newer_snapshots() {
+    let o = Options {
+        observer_members: Some(1),
+        hold_log_for_syncs: false,
+        ..opts(1)
+    };
+    let r = run(75, &o).unwrap_or_else(|f| panic!("{f}"));
+    assert!(r.snaps_outlived_snapshot > 0, "{r:?}");
+    assert!(r.snap_tails_from_disk > 0, "{r:?}");
+    assert_eq!(r.snaps_purged, 0, "{r:?}");
+}
+
+/// Issue 11's liveness failure: a leader that saves snapshots more often than
+/// a SNAP transfer lasts, under its write load (a single voter commits about
+/// 5 times what 3 voters do; its observer member's SNAP goes in chunks of
+/// 16-511 bytes; a snapshot every 30-60 simulated ms, more than 3 per
+/// transfer). Storage keeps the log the transfer still needs when it purges
+/// (`Peer::log_needed_after`), so no transfer starts over and every seed
+/// converges. Checked by hand that it fails without the hold
+/// (`hold_log_for_syncs: false`: transfers are dropped, `snaps_purged > 0`,
+/// and seeds miss the settle bound).
+#[test]
+fn snaps_converge_when_snapshots_come_faster_than_a_transfer() {
+    let o = Options {
+        observer_members: Some(1),
+        snapshot_interval_ms: (30, 60),
+        ..opts(1)
+    };
+    let (mut outlived, mut tails) = (0, 0);
+    for seed in 0..20 {
+        let r = run(seed, &o).unwrap_or_else(|f| panic!("{f}"));
+        assert_eq!(r.snaps_purged, 0, "seed {seed}: {r:?}");
+        outlived += r.snaps_outlived_snapshot;
+        tails += r.snap_tails_from_disk;
+    }
+    assert!(
+        outlived > 20,
+        "transfers must outlive snapshots: {outlived}"
+    );
+    assert!(tails > 0, "tails must be read from disk: {tails}");
 }

@@ -614,11 +614,20 @@ impl Wal {
     /// Applies retention: keeps the newest `snap_retain_count` snapshots, removes
     /// older ones, and removes the log segments that no kept snapshot needs.
     pub fn purge(&self) -> Result<PurgeReport> {
+        self.purge_holding(None)
+    }
+
+    /// [`Wal::purge`], but the log after `hold_after` stays too (a reader
+    /// still needs it: a ZAB leader's SNAP transfer of an older snapshot ends
+    /// with the log after it). Snapshots are removed as by `purge`: a reader
+    /// that has one open keeps reading it.
+    pub fn purge_holding(&self, hold_after: Option<Zxid>) -> Result<PurgeReport> {
         let _s = self
             .snapshots
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let catalog = self.meta.catalog()?;
+        let held = |z: Zxid| hold_after.map_or(z, |h| h.min(z));
         let Some(split) = catalog.len().checked_sub(self.snap_retain_count) else {
             let Some(oldest) = catalog.first() else {
                 return Ok(PurgeReport {
@@ -626,13 +635,13 @@ impl Wal {
                     start: self.log.start(),
                 });
             };
-            return self.log.purge_before(oldest.zxid);
+            return self.log.purge_before(held(oldest.zxid));
         };
         let (old, kept) = catalog.split_at(split);
         // The log first: a crash after it leaves old snapshots the log no longer
         // reaches, which rebuild skips; the other order would be as safe.
         let mut report = match kept.first() {
-            Some(oldest) => self.log.purge_before(oldest.zxid)?,
+            Some(oldest) => self.log.purge_before(held(oldest.zxid))?,
             None => PurgeReport::default(),
         };
         let zxids: Vec<Zxid> = old.iter().map(|e| e.zxid).collect();

@@ -194,18 +194,22 @@ impl Leader {
             .collect()
     }
 
-    pub(crate) fn pending_syncs(&self) -> usize {
-        self.syncs.len()
-    }
-
-    /// The oldest snapshot a SNAP transfer in progress is sending: the log
-    /// after it must stay in memory until the transfer ends, or the transfer
-    /// ends in vain (`leader_on_snap_read`).
-    pub(crate) fn snap_transfer_base(&self) -> Option<Zxid> {
+    /// The lowest zxid after which a sync in progress still reads the
+    /// durable log: a SNAP transfer's snapshot (its tail follows the last
+    /// chunk), or where a DIFF from disk has got to.
+    pub(crate) fn log_needed_after(&self) -> Option<Zxid> {
         self.learners
             .values()
-            .filter_map(|h| h.snap.as_ref().map(|s| s.snapshot.zxid))
+            .filter_map(|h| match (&h.snap, h.phase) {
+                (Some(s), _) => Some(s.snapshot.zxid),
+                (None, HPhase::DiffReading) => Some(h.diff_sent),
+                (None, _) => None,
+            })
             .min()
+    }
+
+    pub(crate) fn pending_syncs(&self) -> usize {
+        self.syncs.len()
     }
 
     /// Whether `id` has a session with this leader.
@@ -606,20 +610,24 @@ impl Peer {
     /// snapshot (newer than that point) loses nothing committed.
     fn sync_plan(&self, peer_last: Zxid, epoch_ends: &[Zxid]) -> (SessionMsg, Zxid) {
         let last = self.written_last();
-        // The window here is the whole available log: in memory, and below it
-        // the durable log, which a DIFF reads (`leader_sync_from`).
-        if peer_last == last || self.log_has(peer_last) {
+        // The window here is the available log above `diff_floor`: in memory,
+        // and below it the durable log, which a DIFF reads
+        // (`leader_sync_from`). Older entries storage still keeps (for the
+        // SNAP transfers of older snapshots) are not offered: a learner that
+        // far behind gets the newest snapshot, as before.
+        let floor = self.diff_floor.max(self.log_start);
+        if peer_last == last || (peer_last >= floor && self.log_has(peer_last)) {
             return (SessionMsg::Diff { leader_last: last }, peer_last);
         }
         for end in epoch_ends {
-            if *end < self.log_start {
+            if *end < floor {
                 break;
             }
             let Some(lend) = self.log_epoch_end(end.epoch()) else {
                 continue;
             };
             let q = (*end).min(lend);
-            if q >= self.log_start && self.log_has(q) {
+            if q >= floor && self.log_has(q) {
                 return (SessionMsg::Trunc { to: q }, q);
             }
         }
@@ -751,25 +759,35 @@ impl Peer {
             h.snap = None;
         }
         if after < self.log_start {
-            // A newer snapshot trimmed the entries after this one during the
-            // transfer; the learner starts over from the newer one.
+            // Storage purged the entries after this snapshot during the
+            // transfer (`leader_drop_snaps_below` drops such a transfer as
+            // soon as it learns of it, so this is a safety net): the learner
+            // starts over from the newer one.
             self.drop_learner(id, RejectReason::Protocol);
             return;
+        }
+        // The tail after the snapshot: what the window dropped from memory
+        // is read from the durable log in bounded batches, the rest follows
+        // from memory (I4), as for a DIFF from disk.
+        if after < self.log_base {
+            self.window_counts.snap_tails_from_disk += 1;
         }
         self.leader_sync_from(id, after);
     }
 
-    /// A newer snapshot was saved and the available log now starts at
-    /// `log_start`: a SNAP transfer of an older snapshot whose next entries
-    /// are gone (they had left memory before the transfer began, and storage
-    /// may purge them now) can no longer end in a sync; `leader_on_snap_read`
-    /// would drop its learner after the last chunk. It is dropped now, so the
-    /// learner starts over from the newer snapshot at once instead of after
-    /// sending the rest of the old file in vain (found in simulation, seed 75
-    /// with a single voter and an observer member: the voter's restart replay
-    /// leaves only its window in memory, and its next snapshot doubled the
-    /// observer's SNAP past the settle bound).
-    pub(super) fn leader_drop_snaps_below(&mut self, log_start: Zxid) {
+    /// Storage purged its log and the available log now starts at
+    /// `log_start`: a SNAP transfer of a snapshot below it can no longer end
+    /// in a sync (the entries after its snapshot are gone from memory and
+    /// disk); `leader_on_snap_read` would drop its learner after the last
+    /// chunk. It is dropped now, so the learner starts over from the newest
+    /// snapshot at once instead of after sending the rest of the old file in
+    /// vain. Storage keeps the log after the *oldest* snapshot it retains
+    /// (`Input::SnapshotSaved`), so a transfer survives newer snapshots
+    /// while its own is retained (issue 11: a transfer longer than the
+    /// leader's snapshot interval used to start over at every snapshot).
+    /// `saved` is the snapshot just saved: the transfers of older ones that
+    /// go on are counted.
+    pub(super) fn leader_drop_snaps_below(&mut self, log_start: Zxid, saved: Zxid) {
         let stale: Vec<PeerId> = self
             .ld_ref()
             .learners
@@ -777,7 +795,16 @@ impl Peer {
             .filter(|(_, h)| h.snap.as_ref().is_some_and(|s| s.snapshot.zxid < log_start))
             .map(|(id, _)| *id)
             .collect();
+        let outlived = self
+            .ld_ref()
+            .learners
+            .values()
+            .filter_map(|h| h.snap.as_ref())
+            .filter(|s| s.snapshot.zxid >= log_start && s.snapshot.zxid < saved)
+            .count();
+        self.window_counts.snaps_outlived_snapshot += outlived as u64;
         for id in stale {
+            self.window_counts.snaps_purged += 1;
             self.drop_learner(id, RejectReason::Protocol);
         }
     }
@@ -841,8 +868,12 @@ impl Peer {
                 return;
             }
         };
-        // Only what the window dropped is read, and it is applied (committed):
-        // the entries must continue the learner's position exactly (I4).
+        // Only what the window dropped is used (a bounded read may run on
+        // into entries still in memory, which may not be committed yet: they
+        // follow from memory), and it is applied (committed): the entries
+        // must continue the learner's position exactly (I4).
+        let base = self.log_base;
+        let entries: Vec<Entry> = entries.into_iter().take_while(|e| e.zxid <= base).collect();
         let fits = entries.first().is_some_and(|e| e.zxid.is_next(after))
             && entries.windows(2).all(|w| w[1].zxid.is_next(w[0].zxid))
             && entries.last().is_some_and(|e| e.zxid <= self.applied);

@@ -401,10 +401,24 @@ pub enum Input {
     /// its own straight back as [`Output::Forwarded`]; any other peer drops it.
     Forward(Bytes),
     /// A snapshot of the state machine is durable in storage (and served to
-    /// learners that need SNAP from now on).
+    /// learners that need SNAP from now on), and storage applied its
+    /// retention.
+    ///
+    /// # Correctness
+    /// `log_start` is where storage's durable log starts after that purge:
+    /// every entry after it that was durable is still readable
+    /// ([`ReadCmd::Log`]), and storage reads nothing at or below it. Storage
+    /// that keeps several snapshots keeps the log after the *oldest* one it
+    /// retains (`rzk-wal`'s `snapRetainCount`), or after
+    /// [`Peer::log_needed_after`] if that was lower when the commit was
+    /// asked, so `log_start` is never above the newest snapshot's zxid. A
+    /// SNAP transfer of an older snapshot ends by reading its tail from
+    /// there, and is dropped only once `log_start` passes its snapshot.
     SnapshotSaved {
         /// The snapshot.
         snapshot: SnapshotRef,
+        /// Storage's durable log is readable after this zxid.
+        log_start: Zxid,
     },
     /// A read asked with [`Output::Read`] is done.
     ReadDone {
@@ -665,6 +679,14 @@ pub struct WindowCounts {
     pub diffs_from_disk: u64,
     /// [`ReadCmd::Log`] reads issued for them.
     pub log_reads: u64,
+    /// SNAP transfers that went on past a newer snapshot saved meanwhile
+    /// (storage still kept the log after theirs), counted once per snapshot.
+    pub snaps_outlived_snapshot: u64,
+    /// SNAP transfers that ended by reading their tail (what follows their
+    /// snapshot) from the durable log.
+    pub snap_tails_from_disk: u64,
+    /// SNAP transfers dropped because storage purged their tail.
+    pub snaps_purged: u64,
     /// The most log entries held in memory at once (the window, entries
     /// waiting for a rollover to commit, and what one step or one replayed
     /// batch added before the window was trimmed again).
@@ -730,6 +752,17 @@ pub struct Peer {
     /// and last zxid of each. Enough to tell which zxids the log holds and
     /// where each epoch ends without the entries.
     disk_segs: VecDeque<(Zxid, Zxid)>,
+    /// Where storage's durable log starts, as far as this peer knows
+    /// ([`Input::SnapshotSaved`]'s `log_start`; a recovered or installed
+    /// snapshot's zxid): an entry at or below it that leaves memory is gone.
+    storage_start: Zxid,
+    /// The lowest position a learner may be DIFFed (or TRUNCed) from: the
+    /// newest snapshot, or the oldest entry kept in memory below it
+    /// (`log_retained_below_snapshot_max`). Below it a learner gets SNAP
+    /// even if storage still keeps the log there for older snapshots (a DIFF
+    /// of a long log can be larger than the snapshot; ZooKeeper bounds its
+    /// txnlog sync by `snapshotSizeFactor` for the same reason).
+    diff_floor: Zxid,
     /// Entries dropped from memory by the window, and DIFF syncs served from
     /// the durable log (figures for the simulation and tests).
     window_counts: WindowCounts,
@@ -818,6 +851,8 @@ impl Peer {
             log_base: snapshot.zxid,
             log_start: snapshot.zxid,
             disk_segs: VecDeque::new(),
+            storage_start: snapshot.zxid,
+            diff_floor: snapshot.zxid,
             window_counts: WindowCounts::default(),
             blocked: VecDeque::new(),
             gate: None,
@@ -924,7 +959,10 @@ impl Peer {
             Input::StorageDone { op } => self.on_storage_done(op),
             Input::PeerDisconnected { peer } => self.on_peer_disconnected(peer),
             Input::Forward(payload) => self.on_forward(payload),
-            Input::SnapshotSaved { snapshot } => self.on_snapshot_saved(snapshot),
+            Input::SnapshotSaved {
+                snapshot,
+                log_start,
+            } => self.on_snapshot_saved(snapshot, log_start),
             Input::ReadDone { id, result } => self.on_read_done(id, result),
             Input::StorageRefused { op } => self.on_storage_refused(op),
             Input::RelayAttached => self.observer_relay_attached(),
@@ -1023,6 +1061,19 @@ impl Peer {
         match &self.state {
             State::Leading(l) => l.learner_stats(&self.cfg.voters),
             State::Looking(_) | State::Following(_) => Vec::new(),
+        }
+    }
+
+    /// On the leader, the lowest zxid after which a learner's sync in
+    /// progress still reads the durable log (a SNAP transfer's snapshot, a
+    /// DIFF from disk): storage that honours it
+    /// ([`crate::storage::Storage::commit_snapshot`]'s `hold_after`) keeps
+    /// the log after it when it purges, so the sync is never cut short by
+    /// snapshots saved meanwhile (issue 11). `None`: nothing is read.
+    pub fn log_needed_after(&self) -> Option<Zxid> {
+        match &self.state {
+            State::Leading(l) => l.log_needed_after(),
+            State::Looking(_) | State::Following(_) => None,
         }
     }
 
@@ -1203,6 +1254,8 @@ impl Peer {
                 self.log_base = zxid;
                 self.log_start = zxid;
                 self.disk_segs.clear();
+                self.storage_start = zxid;
+                self.diff_floor = zxid;
                 self.gate = None;
                 self.durable.last = zxid;
                 self.durable.ackable = zxid;
@@ -1448,54 +1501,79 @@ impl Peer {
         }
     }
 
-    fn on_snapshot_saved(&mut self, snapshot: SnapshotRef) {
+    fn on_snapshot_saved(&mut self, snapshot: SnapshotRef, purged_to: Zxid) {
         let zxid = snapshot.zxid;
+        // What storage purged is gone whatever this snapshot is (a newer one
+        // may be installed and not yet known here).
+        self.forget_log_through(purged_to);
+        if matches!(self.state, State::Leading(_)) {
+            self.leader_drop_snaps_below(self.log_start, zxid);
+        }
         if zxid <= self.snapshot.zxid || zxid > self.applied {
             return;
         }
         self.snapshot = snapshot;
-        // Keep a bounded window below the snapshot for DIFF; older peers get SNAP.
-        // A SNAP transfer in progress keeps what follows its snapshot: trimmed,
-        // the transfer would end in vain and start over from the new snapshot,
-        // and a large state sent in small chunks could restart for ever (found
-        // in simulation, seed 1005498: an observer member's SNAP took longer
-        // than the leader's snapshot interval). The window grows by at most
-        // what is written during the transfer.
-        let keep_after = match &self.state {
-            State::Leading(l) => l.snap_transfer_base().unwrap_or(zxid),
-            State::Looking(_) | State::Following(_) => zxid,
-        };
-        let cut = zxid.min(keep_after);
-        // Entries dropped from memory at or below the snapshot are forgotten:
-        // storage may purge the log up to its newest snapshot, so they may no
-        // longer be readable (a SNAP transfer in progress keeps its tail in
-        // memory instead, see `trim_window`). Those above it stay readable.
-        while let Some(&(first, last)) = self.disk_segs.front() {
-            if last <= zxid {
-                self.disk_segs.pop_front();
-                self.log_start = last;
-            } else {
-                if first <= zxid {
-                    // A segment lies in one epoch, so `zxid + 1` is its next.
-                    self.disk_segs[0].0 = Zxid::from_u64(zxid.as_u64() + 1);
-                    self.log_start = zxid;
-                }
-                break;
-            }
-        }
-        if self.disk_segs.is_empty() {
-            self.log_start = self.log_base;
-        }
-        let below = self.log.partition_point(|e| e.zxid <= cut);
+        // Keep a bounded window below the snapshot in memory for DIFF; the
+        // rest of what the window drops stays readable on disk down to where
+        // storage's log starts (the oldest snapshot it retains), so a DIFF
+        // from disk or the tail of a SNAP of an older snapshot can still be
+        // served from there.
+        let below = self.log.partition_point(|e| e.zxid <= zxid);
         let drop = below.saturating_sub(self.cfg.log_retained_below_snapshot_max);
         for _ in 0..drop {
             let e = self.log.pop_front().expect("counted");
             self.log_bytes -= e.payload.len() as u64;
             self.log_base = e.zxid;
-            self.log_start = e.zxid;
+            self.note_on_disk(e.zxid);
         }
-        if matches!(self.state, State::Leading(_)) {
-            self.leader_drop_snaps_below(self.log_start);
+        self.diff_floor = self.diff_floor.max(zxid.min(self.log_base));
+    }
+
+    /// Storage purged its durable log through `zxid`: what the window had
+    /// dropped from memory at or below it is forgotten, so no DIFF plan and
+    /// no SNAP tail counts on it any more.
+    fn forget_log_through(&mut self, zxid: Zxid) {
+        self.storage_start = self.storage_start.max(zxid);
+        if zxid <= self.log_start {
+            return;
+        }
+        while let Some(&(first, last)) = self.disk_segs.front() {
+            if last <= zxid {
+                self.disk_segs.pop_front();
+                self.log_start = last;
+                continue;
+            }
+            if first <= zxid {
+                // A segment lies in one epoch, so `zxid + 1` is its next.
+                self.disk_segs[0].0 = Zxid::from_u64(zxid.as_u64() + 1);
+                self.log_start = zxid;
+            }
+            break;
+        }
+        if self.disk_segs.is_empty() {
+            // Only memory is left: the available log starts at its base (or
+            // where storage's starts, if that is above it: entries still in
+            // memory stay usable, the window only forgets what it drops).
+            self.log_start = self.log_base;
+        }
+    }
+
+    /// Records that `zxid`, just dropped from memory (so applied and
+    /// durable), is on disk, unless storage already purged it: then it is
+    /// forgotten, and the available log starts after it.
+    fn note_on_disk(&mut self, zxid: Zxid) {
+        if zxid <= self.storage_start {
+            // Nothing older is known: the purge point passed it too.
+            debug_assert!(self.disk_segs.is_empty(), "segments below a purge");
+            self.disk_segs.clear();
+            self.log_start = zxid;
+            return;
+        }
+        match self.disk_segs.back_mut() {
+            Some((_, last)) if zxid.is_next(*last) && zxid.epoch() == last.epoch() => {
+                *last = zxid;
+            }
+            _ => self.disk_segs.push_back((zxid, zxid)),
         }
     }
 
@@ -1521,22 +1599,12 @@ impl Peer {
             if front.zxid > self.applied || front.zxid > self.durable.last {
                 return;
             }
-            // Nor what follows a SNAP transfer's snapshot: storage may purge
-            // it once a newer snapshot exists, and the transfer would end in
-            // vain (see `on_snapshot_saved`).
-            if let State::Leading(l) = &self.state {
-                if l.snap_transfer_base().is_some_and(|b| front.zxid > b) {
-                    return;
-                }
-            }
+            // A SNAP transfer in progress needs no hold here: the tail after
+            // its snapshot stays readable on disk until storage purges it
+            // (`Input::SnapshotSaved::log_start`), and is read from there.
             let e = self.log.pop_front().expect("front exists");
             self.log_bytes -= e.payload.len() as u64;
-            match self.disk_segs.back_mut() {
-                Some((_, last)) if e.zxid.is_next(*last) && e.zxid.epoch() == last.epoch() => {
-                    *last = e.zxid;
-                }
-                _ => self.disk_segs.push_back((e.zxid, e.zxid)),
-            }
+            self.note_on_disk(e.zxid);
             self.log_base = e.zxid;
             self.window_counts.dropped += 1;
         }
