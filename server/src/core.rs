@@ -573,7 +573,14 @@ impl Core {
                 }
                 Some(saved) = self.snapshot_saves.next(), if !self.snapshot_saves.is_empty() => {
                     match saved {
-                        Ok(z) => tracing::info!(zxid = %z, "snapshot saved"),
+                        Ok(z) => {
+                            tracing::info!(zxid = %z, "snapshot saved");
+                            // The snapshot's freed output chunks left holes
+                            // among the znodes: give their pages back.
+                            let started = std::time::Instant::now();
+                            let released = crate::malloc::trim();
+                            tracing::debug!(released, elapsed_us = started.elapsed().as_micros() as u64, "malloc trimmed after a snapshot");
+                        }
                         Err(ReplicateError::Storage(e)) => {
                             tracing::error!(error = %e, "saving a snapshot failed; the server stops");
                             return Err(ReplicateError::Storage(e).into());
