@@ -139,8 +139,9 @@ pub(crate) struct Session {
     pub(crate) timeout_ms: i32,
     pub(crate) password: [u8; 16],
     /// The connection of this member attached to it, if any. Connection ids
-    /// start at 1, so `None` takes no room of its own: the entry is 32 bytes,
-    /// not 40, in a table with a bucket for every session (issue 15).
+    /// start at 1, so `None` takes no room of its own: a `Session` is 32
+    /// bytes, not 40 (a table entry with its id 40, not 48), in a table with
+    /// a bucket for every session (issue 15).
     pub(crate) conn: Option<NonZeroU64>,
 }
 
