@@ -2,7 +2,8 @@
 # 3.8 members against 3 rzk members on this machine, every workload at every number
 # of requests in flight, the sessions of each run spread over the members. Sourced
 # by compare.sh after its options, binaries and work dir are set (lib.sh's records
-# and helpers are in scope); ensemble_main runs everything and exits.
+# and helpers are in scope); ensemble_main runs everything and exits. open-loop.sh
+# --mode ensemble sources it for ens_prepare, ens_start, ens_connect and ens_pids.
 #
 # How the load reaches the members: one rzk-bench per run, given the connect string
 # of all three (--server h:p1,h:p2,h:p3), opens session i on member i mod 3 (32
