@@ -18,14 +18,17 @@ for f in benches/*.sh benches/scripts/*.sh; do bash -n "$f"; done
 python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' benches/scripts/*.py
 benches/compare.sh --quick --footprint
 echo "50-bench-smoke: compare.sh --quick --footprint took $(($(date +%s) - start)) s"
-# The open-loop comparison end to end (both servers, one short paced run each;
-# about 30 s): fails if rzk-bench fails or a line reports errors.
-t0=$(date +%s)
-ol=$(benches/open-loop.sh --rates get:2000 --seconds 1 --warmup-seconds 1)
-printf '%s\n' "$ol"
-if [ "$(printf '%s\n' "$ol" | grep -c '^| 1 | get | 2000 | ')" -ne 2 ] ||
-  printf '%s\n' "$ol" | grep '^| 1 ' | grep -vq '| 0 |$'; then
-  echo "50-bench-smoke: open-loop.sh: expected one clean line per server" >&2
-  exit 1
-fi
-echo "50-bench-smoke: open-loop.sh took $(($(date +%s) - t0)) s"
+# The open-loop comparison end to end, standalone and with ensembles of three
+# (both servers, one short paced run each; about 30 s per mode): fails if
+# rzk-bench fails or a line reports errors.
+for mode in standalone ensemble; do
+  t0=$(date +%s)
+  ol=$(benches/open-loop.sh --mode "$mode" --rates get:2000 --seconds 1 --warmup-seconds 1)
+  printf '%s\n' "$ol"
+  if [ "$(printf '%s\n' "$ol" | grep -c '^| 1 | get | 2000 | ')" -ne 2 ] ||
+    printf '%s\n' "$ol" | grep '^| 1 ' | grep -vq '| 0 |$'; then
+    echo "50-bench-smoke: open-loop.sh --mode $mode: expected one clean line per server" >&2
+    exit 1
+  fi
+  echo "50-bench-smoke: open-loop.sh --mode $mode took $(($(date +%s) - t0)) s"
+done
