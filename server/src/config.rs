@@ -21,6 +21,17 @@ pub const JUTE_MAX_BUFFER_DEFAULT: u32 = 0xfffff;
 /// get there, the default about 1.4 million years.
 pub const ZXID_COUNTER_LIMIT_MIN: u32 = 16;
 
+/// The smallest `rzk.snap.chunkBytesMax`. A leader reads and sends a SNAP up
+/// to the quorum core's in-flight limit (8 MiB) beyond what the learner
+/// stored, one message per chunk, and the gRPC transport queues at most 8192
+/// messages per peer (more are dropped, which ends the learner's session):
+/// at 4 KiB at most 2048 chunk messages are outstanding.
+pub const SNAP_CHUNK_BYTES_MIN: usize = 4 << 10;
+
+/// The largest `rzk.snap.chunkBytesMax`: the quorum core's in-flight limit of
+/// a SNAP (8 MiB), so that one chunk never exceeds what may be outstanding.
+pub const SNAP_CHUNK_BYTES_MAX: usize = 8 << 20;
+
 /// Every four-letter word rzk knows. `*` in the whitelist enables all of them.
 pub const FOUR_LETTER_WORDS: &[&str] = &[
     "conf", "cons", "crst", "dirs", "dump", "envi", "gtmk", "isro", "mntr", "ruok", "srst", "srvr",
@@ -192,6 +203,12 @@ pub struct ServerConfig {
     /// `rzk.log.windowBytesMax`: the same bound in payload bytes (default:
     /// the quorum core's, 64 MiB).
     pub log_window_bytes_max: Option<u64>,
+    /// `rzk.snap.chunkBytesMax`: the largest chunk of a snapshot file a leader
+    /// sends to a learner in one SNAP message, and of the durable log it reads
+    /// in one batch for a learner (default: the quorum core's, 1 MiB; from
+    /// [`SNAP_CHUNK_BYTES_MIN`] to [`SNAP_CHUNK_BYTES_MAX`]). `None` keeps the
+    /// core's default.
+    pub snap_chunk_bytes_max: Option<usize>,
     /// `secureClientPort` and `secureClientPortAddress`: where TLS clients
     /// connect (none by default). The address defaults as `clientPortAddress`
     /// does.
@@ -348,6 +365,7 @@ impl Default for ServerConfig {
             zxid_counter_limit: u32::MAX,
             log_window_entries_max: None,
             log_window_bytes_max: None,
+            snap_chunk_bytes_max: None,
             secure_client_addr: None,
             tls: TlsSettings::default(),
             ssl_quorum: false,
@@ -600,6 +618,10 @@ impl ServerConfig {
             // The simulator checks windows from 2 entries and 64 bytes up.
             "rzk.log.windowEntriesMax" => self.log_window_entries_max = Some(at_least(s, 2)?),
             "rzk.log.windowBytesMax" => self.log_window_bytes_max = Some(at_least(s, 64)?),
+            "rzk.snap.chunkBytesMax" => {
+                self.snap_chunk_bytes_max =
+                    Some(within(s, SNAP_CHUNK_BYTES_MIN, SNAP_CHUNK_BYTES_MAX)?)
+            }
             "observerMasterPort" => self.observer_master_port = Some(observer_master_port(s)?),
             key if key.starts_with("observerMasterPort.") => {
                 let id = key["observerMasterPort.".len()..]
@@ -1032,6 +1054,18 @@ fn at_least<T: std::str::FromStr + PartialOrd + fmt::Display + Copy>(
     Ok(n)
 }
 
+fn within<T: std::str::FromStr + PartialOrd + fmt::Display + Copy>(
+    s: &Setting,
+    min: T,
+    max: T,
+) -> Result<T, ConfigError> {
+    let n: T = number(s)?;
+    if n < min || n > max {
+        return Err(invalid(s, &format!("must be from {min} to {max}")));
+    }
+    Ok(n)
+}
+
 fn positive<T: std::str::FromStr + PartialOrd + fmt::Display + Copy + From<u8>>(
     s: &Setting,
 ) -> Result<T, ConfigError> {
@@ -1366,6 +1400,47 @@ mod tests {
             let err = ServerConfig::parse(bad).unwrap_err().to_string();
             assert!(err.contains(bad.split('=').next().unwrap()), "{bad}: {err}");
         }
+    }
+
+    /// I7: each bound of `rzk.snap.chunkBytesMax` is accepted and the value
+    /// just past it refused with the key, the line and the range.
+    #[test]
+    fn the_snap_chunk_key_has_a_minimum_and_a_maximum() {
+        let cfg = ServerConfig::parse("").unwrap();
+        assert_eq!(cfg.snap_chunk_bytes_max, None, "the core's default");
+        for ok in [SNAP_CHUNK_BYTES_MIN, 65536, SNAP_CHUNK_BYTES_MAX] {
+            let cfg = ServerConfig::parse(&format!("rzk.snap.chunkBytesMax={ok}\n")).unwrap();
+            assert_eq!(cfg.snap_chunk_bytes_max, Some(ok));
+        }
+        for bad in [
+            (SNAP_CHUNK_BYTES_MIN - 1).to_string(),
+            (SNAP_CHUNK_BYTES_MAX + 1).to_string(),
+            "0".into(),
+            "-1".into(),
+            "1MiB".into(),
+        ] {
+            let err = ServerConfig::parse(&format!("# c\nrzk.snap.chunkBytesMax={bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("rzk.snap.chunkBytesMax"), "{bad}: {err}");
+            assert!(err.contains("line 2"), "{bad}: {err}");
+            if bad.bytes().all(|b| b.is_ascii_digit()) {
+                assert!(err.contains("from 4096 to 8388608"), "{bad}: {err}");
+            }
+        }
+    }
+
+    /// The chunk bounds follow from the quorum core's in-flight limit of a
+    /// SNAP and the gRPC transport's queue per peer (see
+    /// [`SNAP_CHUNK_BYTES_MIN`]): if either default moves, so must they.
+    #[test]
+    fn the_snap_chunk_bounds_fit_the_core_and_the_transport() {
+        let core = rzk_quorum::core::Config::new(rzk_quorum::PeerId(1), [rzk_quorum::PeerId(1)]);
+        let grpc = rzk_quorum::grpc::GrpcConfig::new(rzk_quorum::PeerId(1), BTreeMap::new());
+        assert_eq!(SNAP_CHUNK_BYTES_MAX as u64, core.snap_in_flight_bytes_max);
+        let chunks_in_flight = core.snap_in_flight_bytes_max / SNAP_CHUNK_BYTES_MIN as u64;
+        assert!(chunks_in_flight * 4 <= grpc.queue_max as u64);
+        assert!((SNAP_CHUNK_BYTES_MIN..=SNAP_CHUNK_BYTES_MAX).contains(&core.snap_chunk_bytes_max));
     }
 
     #[test]

@@ -263,6 +263,11 @@ fn core_config(config: &ServerConfig, m: &Membership) -> Config {
     if let Some(n) = config.log_window_bytes_max {
         c.log_window_bytes_max = n;
     }
+    // The SNAP chunk (zoo.cfg rzk.snap.chunkBytesMax, bounded there so that
+    // the chunks in flight fit the transport's queue).
+    if let Some(n) = config.snap_chunk_bytes_max {
+        c.snap_chunk_bytes_max = n;
+    }
     if m.voters.len() == 1 {
         // Nobody else can vote: the election is decided at once.
         c.finalize_wait = 0;
@@ -530,6 +535,17 @@ mod tests {
         let c = cfg("rzk.zxid.counterLimit=1000\n", dir.path());
         let limit = core_config(&c, &m).counter_limit;
         assert_eq!(limit.max_counter().0, 1000);
+    }
+
+    #[test]
+    fn the_snap_chunk_reaches_the_core() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cfg("", dir.path());
+        let m = Membership::of(&c).unwrap();
+        let default = Config::new(PeerId(1), [PeerId(1)]).snap_chunk_bytes_max;
+        assert_eq!(core_config(&c, &m).snap_chunk_bytes_max, default);
+        let c = cfg("rzk.snap.chunkBytesMax=4096\n", dir.path());
+        assert_eq!(core_config(&c, &m).snap_chunk_bytes_max, 4096);
     }
 
     fn observer_layout(dir: &Path, myid: u64, extra: &str) -> ServerConfig {
