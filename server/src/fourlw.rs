@@ -267,6 +267,18 @@ fn replication_rows(st: &ServerStats, rows: &mut Vec<(&'static str, String)>) {
         st.quorum.window.diffs_from_disk.to_string(),
     ));
     rows.push((
+        "rzk_snap_outlived_snapshot_count",
+        st.quorum.window.snaps_outlived_snapshot.to_string(),
+    ));
+    rows.push((
+        "rzk_snap_tail_from_disk_count",
+        st.quorum.window.snap_tails_from_disk.to_string(),
+    ));
+    rows.push((
+        "rzk_snap_purged_count",
+        st.quorum.window.snaps_purged.to_string(),
+    ));
+    rows.push((
         "rzk_last_snapshot_bytes",
         r.last_snapshot.map_or(0, |s| s.size_bytes).to_string(),
     ));

@@ -34,8 +34,12 @@
 //! `rzk_last_snapshot_bytes`, `rzk_log_window_dropped` (log entries dropped
 //! from memory by the bounded window, `rzk.log.windowEntriesMax`),
 //! `rzk_diff_from_disk_count` (DIFF syncs sent as leader whose entries were
-//! read from the durable log). The BASIC summaries' median is over the most
-//! recent 256 values.
+//! read from the durable log), and of the SNAP transfers sent as leader
+//! `rzk_snap_outlived_snapshot_count` (went on past a newer snapshot saved
+//! meanwhile, once per snapshot), `rzk_snap_tail_from_disk_count` (read what
+//! follows their snapshot from the durable log), `rzk_snap_purged_count`
+//! (dropped because storage purged that log). The BASIC summaries' median is
+//! over the most recent 256 values.
 //!
 //! Differences: ZooKeeper's summaries cover a sliding 10-minute window; rzk's
 //! cover the time since start or the last `srst`.
@@ -138,6 +142,18 @@ fn replication_families(st: &ServerStats) -> Vec<MetricFamily> {
         counter(
             "rzk_diff_from_disk_count",
             st.quorum.window.diffs_from_disk as f64,
+        ),
+        counter(
+            "rzk_snap_outlived_snapshot_count",
+            st.quorum.window.snaps_outlived_snapshot as f64,
+        ),
+        counter(
+            "rzk_snap_tail_from_disk_count",
+            st.quorum.window.snap_tails_from_disk as f64,
+        ),
+        counter(
+            "rzk_snap_purged_count",
+            st.quorum.window.snaps_purged as f64,
         ),
         gauge(
             "rzk_last_snapshot_bytes",

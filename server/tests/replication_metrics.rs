@@ -90,6 +90,9 @@ async fn standalone_election_fsync_and_snapshot_are_counted_everywhere() {
         ("rzk_group_commit_size", "summary"),
         ("rzk_commit_stream_lag", "gauge"),
         ("rzk_last_snapshot_bytes", "gauge"),
+        ("rzk_snap_outlived_snapshot_count", "counter"),
+        ("rzk_snap_tail_from_disk_count", "counter"),
+        ("rzk_snap_purged_count", "counter"),
     ] {
         assert!(
             body.contains(&format!("# TYPE {name} {kind}\n")),
@@ -203,6 +206,17 @@ fn ensemble_counts_elections_snap_syncs_and_commits() {
         })
         .await;
         assert!(mntr_num(&after, "proposal_count") >= 700.0, "{after}");
+        // The SNAP's transfer counters are in the leader's mntr; rzk-wal
+        // holds the log a transfer reads, so none was dropped for a purge
+        // (server/tests/snap_outlives_snapshots.rs makes them move).
+        // (`mntr_num` fails on a missing row.)
+        assert_eq!(mntr_num(&after, "rzk_snap_purged_count"), 0.0, "{after}");
+        for name in [
+            "rzk_snap_outlived_snapshot_count",
+            "rzk_snap_tail_from_disk_count",
+        ] {
+            mntr_num(&after, name);
+        }
         let j = wait_mntr(&e, joiner, "a SNAP gone through", |t| {
             mntr_num(t, "rzk_learner_snap_count") >= 1.0
         })
@@ -255,6 +269,16 @@ async fn the_log_window_from_zoo_cfg_bounds_the_entries_held() {
         let n = mntr_num(&mntr, "rzk_log_window_dropped");
         assert_eq!(sample(&body, "rzk_log_window_dropped"), n, "{body}");
         assert_eq!(mntr_num(&mntr, "rzk_diff_from_disk_count"), 0.0, "{mntr}");
+        // Nobody to send a SNAP to: the transfer counters are there, at 0,
+        // the same in mntr and /metrics.
+        for name in [
+            "rzk_snap_outlived_snapshot_count",
+            "rzk_snap_tail_from_disk_count",
+            "rzk_snap_purged_count",
+        ] {
+            assert_eq!(mntr_num(&mntr, name), 0.0, "{mntr}");
+            assert_eq!(sample(&body, name), 0.0, "{body}");
+        }
         dropped.push(n);
     }
     // 300 creates and the session's create: 301 txns (an election's
