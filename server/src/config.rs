@@ -500,6 +500,7 @@ impl ServerConfig {
         for s in &settings {
             if cfg.apply_tls(s, &mut secure_port, &mut secure_ip)?
                 || cfg.apply_quorum_tls(s)?
+                || refuse_unbuilt_auth(s)?
                 || http.apply(s)?
             {
                 continue;
@@ -998,6 +999,46 @@ fn parse_properties(text: &str, origin: &str) -> Result<Vec<Setting>, ConfigErro
     Ok(out)
 }
 
+/// Authentication that ZooKeeper can be told to require and rzk does not
+/// build: SASL between members (`quorum.auth.*`) and enforced client
+/// authentication (`enforce.auth.enabled`, `sessionRequireClientSASLAuth`,
+/// `requireClientAuthScheme=sasl`). Asked for, each stops the start with a
+/// clear error: a warning would let the member run without the protection its
+/// operator configured (unlike a tuning key, ignoring one is not safe).
+/// Switched off, each is accepted and means what rzk does anyway. `Ok(false)`
+/// for every other key.
+fn refuse_unbuilt_auth(s: &Setting) -> Result<bool, ConfigError> {
+    // ZooKeeper reads unknown zoo.cfg keys as `zookeeper.`-prefixed properties.
+    let key = s.key.strip_prefix("zookeeper.").unwrap_or(&s.key);
+    let why = match key {
+        "quorum.auth.enableSasl"
+        | "quorum.auth.learnerRequireSasl"
+        | "quorum.auth.serverRequireSasl" => {
+            "rzk does not build SASL between members; remove the key and use sslQuorum=true \
+             (mutual TLS between members) to authenticate them"
+        }
+        "enforce.auth.enabled" | "sessionRequireClientSASLAuth" => {
+            "rzk does not enforce client authentication; remove the key, and restrict \
+             clients with ACLs or with secureClientPort and ssl.clientAuth=need"
+        }
+        "requireClientAuthScheme" => {
+            if !s.value.eq_ignore_ascii_case("sasl") {
+                return Err(invalid(s, "ZooKeeper knows only the value sasl here"));
+            }
+            return Err(invalid(
+                s,
+                "rzk does not build SASL; remove the key, and restrict clients with ACLs \
+                 or with secureClientPort and ssl.clientAuth=need",
+            ));
+        }
+        _ => return Ok(false),
+    };
+    if boolean(s)? {
+        return Err(invalid(s, why));
+    }
+    Ok(true)
+}
+
 fn invalid(s: &Setting, reason: &str) -> ConfigError {
     ConfigError::Invalid {
         origin: s.origin.clone(),
@@ -1296,6 +1337,44 @@ mod tests {
             cfg.warnings
         );
         assert!(cfg.warnings[0].contains("line 1"), "{:?}", cfg.warnings);
+    }
+
+    #[test]
+    fn authentication_rzk_does_not_build_stops_the_start_when_asked_for() {
+        for (text, says) in [
+            ("quorum.auth.enableSasl=true", "sslQuorum=true"),
+            ("quorum.auth.learnerRequireSasl=true", "sslQuorum=true"),
+            ("quorum.auth.serverRequireSasl=TRUE", "sslQuorum=true"),
+            (
+                "enforce.auth.enabled=true",
+                "does not enforce client authentication",
+            ),
+            (
+                "zookeeper.enforce.auth.enabled=true",
+                "does not enforce client authentication",
+            ),
+            (
+                "sessionRequireClientSASLAuth=true",
+                "does not enforce client authentication",
+            ),
+            ("requireClientAuthScheme=sasl", "does not build SASL"),
+            ("requireClientAuthScheme=digest", "only the value sasl"),
+            ("quorum.auth.enableSasl=maybe", "expected true or false"),
+        ] {
+            let err = ServerConfig::parse(&format!("tickTime=2000\n{text}\n")).unwrap_err();
+            let msg = err.to_string();
+            let key = text.split('=').next().unwrap();
+            assert!(msg.contains(key), "{text}: {msg}");
+            assert!(msg.contains("line 2"), "{text}: {msg}");
+            assert!(msg.contains(says), "{text}: {msg}");
+        }
+        // Switched off they mean what rzk does anyway: accepted without a warning.
+        let cfg = ServerConfig::parse(
+            "quorum.auth.enableSasl=false\nquorum.auth.serverRequireSasl=false\n\
+             enforce.auth.enabled=false\nsessionRequireClientSASLAuth=false\n",
+        )
+        .unwrap();
+        assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
     }
 
     #[test]
