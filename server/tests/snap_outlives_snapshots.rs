@@ -9,9 +9,9 @@
 //! needs"). Here a follower is stopped, the leader moves its newest snapshot
 //! and its in-memory log window past it (so it must get SNAP, not DIFF), and
 //! the follower restarts while writes go on: with `snapCount=2` the leader
-//! snapshots back to back, and with the smallest SNAP chunk
-//! (`rzk.snap.chunkBytesMax=4096`) a state of a few tens of MiB takes
-//! longer to send than to snapshot. The leader's `mntr` must show a transfer
+//! snapshots back to back, and the follower is stopped (SIGSTOP) once its
+//! SNAP has begun and continued once the leader saved a newer snapshot, so
+//! the overlap is certain whatever the two speeds. The leader's `mntr` must show a transfer
 //! that outlived a newer snapshot, none dropped for a purge, and the follower
 //! must end with every acknowledged write and the others' zxid.
 mod support;
@@ -181,14 +181,26 @@ async fn a_snap_transfer_outlives_the_leaders_newer_snapshots() {
     .await;
 
     // The follower comes back while the writes (and snapshots) go on: its
-    // SNAP transfer must outlive a snapshot the leader saves meanwhile.
+    // SNAP transfer must outlive a snapshot the leader saves meanwhile. So
+    // that the overlap does not depend on the two speeds, the follower is
+    // stopped (SIGSTOP) once the leader has begun its SNAP: the leader sends
+    // at most 8 MiB beyond what the learner stored, far less than the
+    // state, so the transfer cannot end before the follower is continued
+    // (well inside initLimit), after the leader saved a newer snapshot.
     let snaps_sent = mntr_num(&ens.members[leader], "snap_count").await;
     ens.members[f].spawn();
+    until(&ens, "the leader begins a SNAP to the follower", || {
+        let m = &ens.members[leader];
+        async move { mntr_num(m, "snap_count").await > snaps_sent }
+    })
+    .await;
+    ens.members[f].signal("STOP");
     until(&ens, "a SNAP transfer outlived a newer snapshot", || {
         let m = &ens.members[leader];
         async move { mntr_num(m, "rzk_snap_outlived_snapshot_count").await >= 1 }
     })
     .await;
+    ens.members[f].signal("CONT");
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         w.await.expect("a writer panicked");
