@@ -723,10 +723,8 @@ impl ServerConfig {
             // rzk has one network layer: the Netty/NIO choice has nothing to
             // choose, and x509 is always the secure port's provider.
             "serverCnxnFactory" | "ssl.authProvider" | "authProvider.x509" => {}
-            "ssl.hostnameVerification"
-            | "ssl.crl"
-            | "ssl.ocsp"
-            | "ssl.handshakeDetectionTimeoutMillis" => {
+            "ssl.crl" | "ssl.ocsp" => refuse_revocation_checks(s)?,
+            "ssl.hostnameVerification" | "ssl.handshakeDetectionTimeoutMillis" => {
                 self.warnings.push(format!(
                     "{}: {} is not supported by rzk's secure client port; ignored",
                     s.origin, s.key
@@ -790,7 +788,8 @@ impl ServerConfig {
                     ));
                 }
             }
-            "crl" | "ocsp" | "handshakeDetectionTimeoutMillis" => {
+            "crl" | "ocsp" => refuse_revocation_checks(s)?,
+            "handshakeDetectionTimeoutMillis" => {
                 self.warnings.push(format!(
                     "{}: {} is not supported by rzk's quorum port; ignored",
                     s.origin, s.key
@@ -1037,6 +1036,21 @@ fn refuse_unbuilt_auth(s: &Setting) -> Result<bool, ConfigError> {
         return Err(invalid(s, why));
     }
     Ok(true)
+}
+
+/// `ssl.crl` / `ssl.ocsp` and their `ssl.quorum.` forms: certificate
+/// revocation checks, which rzk's TLS does not make. Switched on, the start
+/// stops with a clear error (ignoring it would accept revoked certificates
+/// the operator meant to refuse); switched off, the key is accepted.
+fn refuse_revocation_checks(s: &Setting) -> Result<(), ConfigError> {
+    if boolean(s)? {
+        return Err(invalid(
+            s,
+            "rzk does not check certificate revocation (CRL or OCSP); remove the key \
+             and take revoked certificates out of the trust store",
+        ));
+    }
+    Ok(())
 }
 
 fn invalid(s: &Setting, reason: &str) -> ConfigError {
@@ -1337,6 +1351,20 @@ mod tests {
             cfg.warnings
         );
         assert!(cfg.warnings[0].contains("line 1"), "{:?}", cfg.warnings);
+    }
+
+    #[test]
+    fn revocation_checks_rzk_does_not_make_stop_the_start_when_asked_for() {
+        for key in ["ssl.crl", "ssl.ocsp", "ssl.quorum.crl", "ssl.quorum.ocsp"] {
+            let err = ServerConfig::parse(&format!("tickTime=2000\n{key}=true\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{key}: {err}");
+            assert!(err.contains("line 2"), "{key}: {err}");
+            assert!(err.contains("revocation"), "{key}: {err}");
+            let cfg = ServerConfig::parse(&format!("{key}=false\n")).unwrap();
+            assert!(cfg.warnings.is_empty(), "{key}: {:?}", cfg.warnings);
+        }
     }
 
     #[test]
