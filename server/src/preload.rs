@@ -5,10 +5,11 @@
 //! connects to, reads the log after it, and only then hands the server the
 //! snapshot to load. The load is the longest of these steps and needs none
 //! of the others, so [`preload`] starts it as soon as the snapshot catalog
-//! is read (`rzk_wal::WalOptions::preload`): the tree is decoded on a thread
-//! of its own from the same pass that checks the file's checksum, which the
-//! replicator then uses to choose the snapshot instead of reading the file
-//! a second time.
+//! is read (`rzk_wal::WalOptions::preload`): the tree is decoded on threads
+//! of its own (one parses the records, one inserts them: see
+//! `DataTree::load_snapshot_split`) from the same pass that checks the
+//! file's checksum, which the replicator then uses to choose the snapshot
+//! instead of reading the file a second time.
 //!
 //! The core uses the preloaded tree only for the first snapshot it is told to
 //! load, and only if it is that snapshot (same zxid and size); otherwise it
@@ -59,12 +60,15 @@ fn run(reader: StateReader, tx: &SyncSender<Report>) {
     if tx.send(Report::Started { zxid, len_bytes }).is_err() {
         return; // the core has gone; the wal verifies the file itself
     }
-    // The file is read, and its checksum computed, on another thread while
-    // this one decodes (crate::read_ahead); the loader reads to the end,
-    // where the checksum is checked.
+    // The file is read, and its checksum computed, on another thread
+    // (crate::read_ahead) while a third parses the records and this one
+    // inserts them into the tree (DataTree::load_snapshot_split); the loader
+    // reads to the end, where the checksum is checked.
     let loaded = ReadAhead::new(Box::new(reader))
         .map_err(|e| e.to_string())
-        .and_then(|mut r| DataTree::load_snapshot_from(&mut r).map_err(|e| e.to_string()))
+        .and_then(|mut r| {
+            DataTree::load_snapshot_split(&mut r, len_bytes).map_err(|e| e.to_string())
+        })
         .map(Box::new);
     let ms = started.elapsed().as_millis() as u64;
     let _ = tx.send(Report::Done { loaded, ms });

@@ -21,6 +21,7 @@
 //! so the snapshot is exactly the tree at its zxid while writes go on.
 
 use std::collections::BTreeSet;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
 use std::hash::BuildHasher;
@@ -423,9 +424,23 @@ impl DataTree {
     /// node at `parent_idx`, without touching the parent's counters. Fails,
     /// changing nothing, if the parent has a child of that name.
     fn insert_child(&mut self, parent_idx: u32, p: &str, node: Node) -> Result<u32, ()> {
+        let hash = self.hash(node.name());
+        self.insert_child_hashed(parent_idx, p, node, hash)
+    }
+
+    /// [`DataTree::insert_child`] with the hash of the node's name given
+    /// (a snapshot load hashes the names on its parsing thread).
+    fn insert_child_hashed(
+        &mut self,
+        parent_idx: u32,
+        p: &str,
+        node: Node,
+        hash: u64,
+    ) -> Result<u32, ()> {
+        debug_assert_eq!(hash, self.hash(node.name()), "hashed with another seed");
         let idx = self.alloc();
         *self.slot_mut(idx) = Some(node);
-        if !self.link_child(parent_idx, idx) {
+        if !self.link_child(parent_idx, idx, hash) {
             *self.slot_mut(idx) = None;
             self.free.push(idx);
             return Err(());
@@ -485,7 +500,7 @@ impl DataTree {
     }
 
     fn hash(&self, name: &[u8]) -> u64 {
-        self.hasher.hash_one(name)
+        name_hash(&self.hasher, name)
     }
 
     /// The hash of the name of the node at `idx` (a table's rehash).
@@ -503,15 +518,16 @@ impl DataTree {
             .copied()
     }
 
-    /// Adds the node at `idx` (in the slab already, with its name) to the
-    /// children of `parent`; false if `parent` has a child of that name.
-    fn link_child(&mut self, parent: u32, idx: u32) -> bool {
+    /// Adds the node at `idx` (in the slab already, with its name, whose
+    /// hash is `hash`) to the children of `parent`; false if `parent` has a
+    /// child of that name.
+    fn link_child(&mut self, parent: u32, idx: u32, hash: u64) -> bool {
         // The table is taken out of its node while it may rehash: rehashing
         // reads the children's names from the slab.
         let mut table = self.node_mut(parent).children.take().unwrap_or_default();
         let name = self.node(idx).map_or(&[][..], Node::name);
         let added = match table.entry(
-            self.hash(name),
+            hash,
             |&i| self.node(i).is_some_and(|n| n.name() == name),
             |&i| self.hash_of(i),
         ) {
@@ -1001,6 +1017,27 @@ impl DataTree {
         loaded
     }
 
+    /// [`DataTree::load_snapshot_from`] with the work split over two
+    /// threads: one parses the records (paths, stats, data, ACLs, the
+    /// names' hashes) while the calling one inserts them into the tree, a
+    /// few batches of a few thousand records apart at most. Same tree, same
+    /// errors, same reading of `source` to its end; a snapshot of fewer
+    /// than [`SNAPSHOT_SPLIT_MIN_BYTES`] (`len_bytes`: its size, as far as
+    /// the caller knows it) loads on the calling thread alone.
+    pub fn load_snapshot_split(
+        source: &mut (dyn std::io::Read + Send),
+        len_bytes: u64,
+    ) -> Result<(DataTree, Vec<SessionRecord>, Zxid), TxnError> {
+        let mut reader = SnapReader::new(source);
+        let loaded = if len_bytes < SNAPSHOT_SPLIT_MIN_BYTES {
+            load_from(&mut reader)
+        } else {
+            load_split_from(&mut reader, LOAD_BATCH_RECORDS)
+        };
+        reader.record_peak();
+        loaded
+    }
+
     /// A tree of exactly these nodes, each parent before its children (an
     /// import from another store). Fails on a node whose parent is missing,
     /// a node given twice, or no root.
@@ -1057,8 +1094,8 @@ impl DataTree {
 /// A snapshot being read: a window on the stream, read
 /// [`SNAPSHOT_LOAD_READ_BYTES`] at a time into one buffer, which grows only
 /// for a record larger than that.
-struct SnapReader<'r> {
-    source: &'r mut dyn std::io::Read,
+struct SnapReader<'r, R: ?Sized> {
+    source: &'r mut R,
     /// Always initialised to its length; `pos..end` is what is unconsumed.
     buf: Vec<u8>,
     pos: usize,
@@ -1072,8 +1109,8 @@ thread_local! {
     static LOAD_BUFFER_PEAK: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-impl<'r> SnapReader<'r> {
-    fn new(source: &'r mut dyn std::io::Read) -> SnapReader<'r> {
+impl<'r, R: std::io::Read + ?Sized> SnapReader<'r, R> {
+    fn new(source: &'r mut R) -> SnapReader<'r, R> {
         SnapReader {
             source,
             buf: Vec::new(),
@@ -1208,25 +1245,93 @@ fn record_len(b: &[u8], acls_defined: usize) -> Result<Result<usize, usize>, Txn
     Ok(Ok(at + SNAP_RECORD_STAT_BYTES))
 }
 
-/// What a snapshot load keeps between records.
-struct Loader {
-    tree: DataTree,
+/// Records a load parses before the insert takes them (one batch): enough
+/// that handing a batch from one thread to the other costs nothing per
+/// record, few enough that the batches in flight stay small (a parsed record
+/// is about 130 bytes besides its name and data, which are the tree's).
+const LOAD_BATCH_RECORDS: usize = 4096;
+/// A batch also ends once its paths hold this many bytes.
+const LOAD_BATCH_PATH_BYTES: usize = 256 * 1024;
+/// Parsed batches waiting for the insert, at most, when a load runs on two
+/// threads (besides the one being parsed and the one being inserted).
+const LOAD_BATCHES_IN_FLIGHT: usize = 2;
+/// A snapshot smaller than this loads on one thread even when asked to split
+/// the work: starting a thread costs more than it saves there.
+pub const SNAPSHOT_SPLIT_MIN_BYTES: u64 = 4 << 20;
+
+/// The hash of a child's name in its parent's table (one function, so the
+/// parsing thread of a load hashes exactly as the tree does).
+fn name_hash(hasher: &foldhash::fast::RandomState, name: &[u8]) -> u64 {
+    hasher.hash_one(name)
+}
+
+/// What a snapshot's header says.
+struct SnapHeader {
+    zxid: Zxid,
+    /// The records the header announces (version 2), else none.
+    declared: Option<u64>,
+    sessions: Vec<SessionRecord>,
+}
+
+/// One record, parsed: the node and what its insert needs.
+struct ParsedRecord {
+    node: Node,
+    /// The hash of the node's name (see [`name_hash`]).
+    name_hash: u64,
+    /// The end of its path in its batch's `paths` (the start is the previous
+    /// record's end).
+    path_end: u32,
+    /// Where the last `/` of its path is.
+    slash: u32,
+    /// Its parent's path is the previous record's parent's (siblings come
+    /// together: the snapshot is a DFS).
+    same_parent: bool,
+}
+
+/// Parsed records on their way to the insert.
+#[derive(Default)]
+struct Batch {
+    /// The records' paths, back to back.
+    paths: String,
+    records: Vec<ParsedRecord>,
+}
+
+/// The first half of a load: bytes to records. Needs nothing of the tree but
+/// its hasher, so it can run on a thread of its own.
+struct Parser {
+    /// The tree's ACL lists, interned as their definitions come; the tree
+    /// takes them at the end.
+    acls: AclInterner,
+    /// The snapshot's ACL ids.
     acl_table: Vec<AclRef>,
+    /// The tree's hasher (a copy).
+    hasher: foldhash::fast::RandomState,
+    /// The previous record's parent path.
+    parent_path: String,
+    records: u64,
+    declared: Option<u64>,
+    /// Records in a batch at most ([`LOAD_BATCH_RECORDS`]; tests use fewer).
+    batch_records: usize,
+}
+
+/// The second half of a load: records into the tree.
+struct Inserter {
+    tree: DataTree,
     /// Copy-on-write records that came before their parent, by depth: they go
     /// in after the stream (every parent before its children).
     deferred: Vec<Vec<(String, Node)>>,
-    /// The parent of the last record inserted, and its slab index: siblings
-    /// come together (the snapshot is a DFS).
-    parent_path: String,
+    /// The slab index of the previous record's parent, if that record went
+    /// in (nothing is removed during a load, so a path keeps its index).
     parent_idx: Option<u32>,
     /// Children maps sized up front, to shrink at the end if oversized.
     sized: Vec<u32>,
     records: u64,
-    /// The records the header announces (version 2), else none.
     declared: Option<u64>,
 }
 
-fn load_from(r: &mut SnapReader<'_>) -> Result<(DataTree, Vec<SessionRecord>, Zxid), TxnError> {
+fn load_header<R: std::io::Read + ?Sized>(
+    r: &mut SnapReader<'_, R>,
+) -> Result<SnapHeader, TxnError> {
     let magic = r.take(8)?;
     let v2 = magic == SNAP_MAGIC;
     if !v2 && magic != SNAP_MAGIC_V1 {
@@ -1238,6 +1343,13 @@ fn load_from(r: &mut SnapReader<'_>) -> Result<(DataTree, Vec<SessionRecord>, Zx
     } else {
         None
     };
+    if let Some(d) = declared {
+        if d > u64::from(u32::MAX) {
+            return Err(TxnError(format!(
+                "snapshot declares {d} nodes, more than a tree holds"
+            )));
+        }
+    }
     let n = txn::get_u32(&mut r.take(4)?)? as usize;
     let mut sessions = Vec::with_capacity(n.min(1 << 16));
     for _ in 0..n {
@@ -1252,63 +1364,205 @@ fn load_from(r: &mut SnapReader<'_>) -> Result<(DataTree, Vec<SessionRecord>, Zx
             password,
         });
     }
-    let mut loader = Loader {
-        tree: DataTree::empty(),
+    Ok(SnapHeader {
+        zxid,
+        declared,
+        sessions,
+    })
+}
+
+/// The two halves of a load after its header.
+fn load_halves(declared: Option<u64>, batch_records: usize) -> (Parser, Inserter) {
+    let mut tree = DataTree::empty();
+    if let Some(d) = declared {
+        // The chunk list at its final size at once (a corrupt count is caught
+        // when the records run out; a reservation that cannot be had is simply
+        // not made).
+        let _ = tree
+            .chunks
+            .try_reserve_exact((d as usize).div_ceil(SLAB_CHUNK));
+    }
+    let parser = Parser {
+        acls: AclInterner::default(),
         acl_table: Vec::new(),
-        deferred: Vec::new(),
+        hasher: tree.hasher,
         parent_path: String::new(),
+        records: 0,
+        declared,
+        batch_records,
+    };
+    let inserter = Inserter {
+        tree,
+        deferred: Vec::new(),
         parent_idx: None,
         sized: Vec::new(),
         records: 0,
         declared,
     };
-    if let Some(d) = declared {
-        if d > u64::from(u32::MAX) {
-            return Err(TxnError(format!(
-                "snapshot declares {d} nodes, more than a tree holds"
-            )));
-        }
-        // The chunk list at its final size at once (a corrupt count is caught
-        // when the records run out; a reservation that cannot be had is simply
-        // not made).
-        let _ = loader
-            .tree
-            .chunks
-            .try_reserve_exact((d as usize).div_ceil(SLAB_CHUNK));
-    }
-    loop {
-        let len = r.next_record_len(loader.acl_table.len())?;
-        let mut b = r.take(len)?;
-        if txn::get_u8(&mut b)? == 0 {
-            let count = txn::get_i64(&mut b)? as u64;
-            if count != loader.records || declared.is_some_and(|d| d != count) {
-                return Err(TxnError(format!(
-                    "snapshot declares {count} nodes (header: {declared:?}), holds {}",
-                    loader.records
-                )));
-            }
-            break;
-        }
-        loader.record(b)?;
-    }
-    // Read to the end: a checksumming source verifies there.
-    if r.fill(1)? {
-        return Err(TxnError("bytes after the snapshot's end".into()));
-    }
-    loader.finish()?;
-    Ok((loader.tree, sessions, zxid))
+    (parser, inserter)
 }
 
-impl Loader {
-    /// One record (after its tag): parse it and insert the node.
-    fn record(&mut self, mut b: &[u8]) -> Result<(), TxnError> {
+/// Loads on the calling thread.
+fn load_from<R: std::io::Read + ?Sized>(
+    r: &mut SnapReader<'_, R>,
+) -> Result<(DataTree, Vec<SessionRecord>, Zxid), TxnError> {
+    let header = load_header(r)?;
+    let (mut parser, mut inserter) = load_halves(header.declared, LOAD_BATCH_RECORDS);
+    parse_and_insert(&mut parser, r, &mut inserter)?;
+    let tree = inserter.finish(parser.acls)?;
+    Ok((tree, header.sessions, header.zxid))
+}
+
+/// Loads with the parsing on a second thread while the calling thread
+/// inserts, [`LOAD_BATCHES_IN_FLIGHT`] batches apart at most. The result,
+/// and the error of a bad snapshot, are those of [`load_from`]: the insert
+/// takes the batches in stream order, and a parse error comes after the
+/// records before it.
+fn load_split_from<R: std::io::Read + Send + ?Sized>(
+    r: &mut SnapReader<'_, R>,
+    batch_records: usize,
+) -> Result<(DataTree, Vec<SessionRecord>, Zxid), TxnError> {
+    let header = load_header(r)?;
+    let (parser, mut inserter) = load_halves(header.declared, batch_records);
+    // Handed to the thread through a lock, so that a thread that cannot be
+    // started leaves them here to load without it.
+    let job = std::sync::Mutex::new(Some((parser, r)));
+    let acls = std::thread::scope(|s| {
+        let (batches_tx, batches) = sync_channel::<Result<Batch, TxnError>>(LOAD_BATCHES_IN_FLIGHT);
+        let (spare, spare_rx) = sync_channel::<Batch>(LOAD_BATCHES_IN_FLIGHT + 2);
+        let job = &job;
+        let thread = std::thread::Builder::new()
+            .name("rzk-snapshot-parse".into())
+            .spawn_scoped(s, move || {
+                let (parser, r) = job.lock().ok()?.take()?;
+                parse_batches(parser, r, &batches_tx, &spare_rx)
+            });
+        let thread = match thread {
+            Ok(t) => t,
+            Err(_) => {
+                let (mut parser, r) = job
+                    .lock()
+                    .ok()
+                    .and_then(|mut j| j.take())
+                    .ok_or_else(|| TxnError("the snapshot load lost its reader".into()))?;
+                return parse_and_insert(&mut parser, r, &mut inserter).map(|()| parser.acls);
+            }
+        };
+        let inserted = insert_batches(&mut inserter, &batches, &spare);
+        // The parser stops at its next batch if the insert stopped first.
+        drop(batches);
+        let parsed = thread
+            .join()
+            .map_err(|_| TxnError("the snapshot parsing thread failed".into()))?;
+        inserted?;
+        parsed.ok_or_else(|| TxnError("the snapshot parsing thread ended early".into()))
+    })?;
+    let tree = inserter.finish(acls)?;
+    Ok((tree, header.sessions, header.zxid))
+}
+
+/// The records of a load on the calling thread, each batch parsed, then
+/// inserted.
+fn parse_and_insert<R: std::io::Read + ?Sized>(
+    parser: &mut Parser,
+    r: &mut SnapReader<'_, R>,
+    inserter: &mut Inserter,
+) -> Result<(), TxnError> {
+    let mut batch = Batch::default();
+    loop {
+        let parsed = parser.fill_batch(r, &mut batch);
+        // The records before a parse error go in first: an error of theirs
+        // comes first in the stream, and is the one reported.
+        inserter.insert_batch(&mut batch)?;
+        if parsed? {
+            return Ok(());
+        }
+    }
+}
+
+/// The parsing thread of a split load: batches to `out` until the end
+/// marker (then its ACLs), a parse error (sent after the batch before it),
+/// or the insert's end.
+fn parse_batches<R: std::io::Read + ?Sized>(
+    mut parser: Parser,
+    r: &mut SnapReader<'_, R>,
+    out: &SyncSender<Result<Batch, TxnError>>,
+    spare: &Receiver<Batch>,
+) -> Option<AclInterner> {
+    loop {
+        let mut batch = spare.try_recv().unwrap_or_default();
+        let parsed = parser.fill_batch(r, &mut batch);
+        if out.send(Ok(batch)).is_err() {
+            return None; // the insert failed, and says why
+        }
+        match parsed {
+            Ok(false) => {}
+            Ok(true) => return Some(parser.acls),
+            Err(e) => {
+                let _ = out.send(Err(e));
+                return None;
+            }
+        }
+    }
+}
+
+/// The insert of a split load: every batch in order until the parser ends
+/// (or the first error); emptied batches go back to the parser.
+fn insert_batches(
+    inserter: &mut Inserter,
+    batches: &Receiver<Result<Batch, TxnError>>,
+    spare: &SyncSender<Batch>,
+) -> Result<(), TxnError> {
+    for batch in batches {
+        let mut batch = batch?;
+        inserter.insert_batch(&mut batch)?;
+        // A lost spare is only a new allocation for the parser.
+        let _ = spare.try_send(batch);
+    }
+    Ok(())
+}
+
+impl Parser {
+    /// Parses records into `batch` until it is full (false) or the stream
+    /// has ended at its end marker (true), read to its end.
+    fn fill_batch<R: std::io::Read + ?Sized>(
+        &mut self,
+        r: &mut SnapReader<'_, R>,
+        batch: &mut Batch,
+    ) -> Result<bool, TxnError> {
+        while batch.records.len() < self.batch_records && batch.paths.len() < LOAD_BATCH_PATH_BYTES
+        {
+            let len = r.next_record_len(self.acl_table.len())?;
+            let mut b = r.take(len)?;
+            if txn::get_u8(&mut b)? != 0 {
+                self.record(b, batch)?;
+                continue;
+            }
+            let count = txn::get_i64(&mut b)? as u64;
+            if count != self.records || self.declared.is_some_and(|d| d != count) {
+                return Err(TxnError(format!(
+                    "snapshot declares {count} nodes (header: {:?}), holds {}",
+                    self.declared, self.records
+                )));
+            }
+            // Read to the end: a checksumming source verifies there.
+            if r.fill(1)? {
+                return Err(TxnError("bytes after the snapshot's end".into()));
+            }
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// One record (after its tag), parsed into `batch`.
+    fn record(&mut self, mut b: &[u8], batch: &mut Batch) -> Result<(), TxnError> {
         let r = &mut b;
         let p = txn::get_str_ref(r)?;
         let data = get_buf_ref(r)?;
         let acl_ref = txn::get_u32(r)? as usize;
         if acl_ref == self.acl_table.len() {
             let acl = txn::get_acl(r)?;
-            self.acl_table.push(self.tree.acls.intern(&acl));
+            self.acl_table.push(self.acls.intern(&acl));
         }
         let acl = self
             .acl_table
@@ -1320,7 +1574,8 @@ impl Loader {
                 "snapshot node {p} is not an absolute path"
             )));
         };
-        let mut node = Node::new(&p[slash + 1..], data, acl, 0, 0, 0);
+        let name = &p[slash + 1..];
+        let mut node = Node::new(name, data, acl, 0, 0, 0);
         node.czxid = txn::get_i64(r)? as u64;
         node.mzxid = txn::get_i64(r)? as u64;
         node.pzxid = txn::get_i64(r)? as u64;
@@ -1337,29 +1592,67 @@ impl Loader {
                 self.declared
             )));
         }
+        let parent_path = if slash == 0 { "/" } else { &p[..slash] };
+        let same_parent = self.parent_path == parent_path;
+        if !same_parent {
+            self.parent_path.clear();
+            self.parent_path.push_str(parent_path);
+        }
+        batch.paths.push_str(p);
+        batch.records.push(ParsedRecord {
+            name_hash: name_hash(&self.hasher, name.as_bytes()),
+            node,
+            path_end: batch.paths.len() as u32,
+            slash: slash as u32,
+            same_parent,
+        });
+        Ok(())
+    }
+}
+
+impl Inserter {
+    /// Inserts the records of `batch`, in order, and empties it.
+    fn insert_batch(&mut self, batch: &mut Batch) -> Result<(), TxnError> {
+        let Batch { paths, records } = batch;
+        let mut start = 0;
+        for rec in records.drain(..) {
+            let end = rec.path_end as usize;
+            let p = paths.get(start..end).ok_or_else(|| {
+                TxnError(format!(
+                    "a parsed path at {start}..{end} is out of its batch"
+                ))
+            })?;
+            start = end;
+            self.insert(p, rec)?;
+        }
+        paths.clear();
+        Ok(())
+    }
+
+    /// One parsed record (path `p`) into the tree, or held back until the
+    /// stream's end if its parent is not in yet.
+    fn insert(&mut self, p: &str, rec: ParsedRecord) -> Result<(), TxnError> {
+        self.records += 1;
         let orphan = || TxnError(format!("snapshot node {p} has no parent or is repeated"));
         if p == "/" {
-            self.tree.insert_raw(p, node).ok_or_else(orphan)?;
+            self.parent_idx = None;
+            self.tree.insert_raw(p, rec.node).ok_or_else(orphan)?;
             return Ok(());
         }
-        let parent_path = if slash == 0 { "/" } else { &p[..slash] };
+        let slash = rec.slash as usize;
         let found = match self.parent_idx {
-            Some(idx) if self.parent_path == parent_path => Some(idx),
-            _ => self.tree.lookup(parent_path),
+            Some(idx) if rec.same_parent => Some(idx),
+            _ => self.tree.lookup(if slash == 0 { "/" } else { &p[..slash] }),
         };
+        self.parent_idx = found;
         let Some(parent_idx) = found else {
             let depth = p.bytes().filter(|&b| b == b'/').count();
             if self.deferred.len() <= depth {
                 self.deferred.resize_with(depth + 1, Vec::new);
             }
-            self.deferred[depth].push((p.to_owned(), node));
+            self.deferred[depth].push((p.to_owned(), rec.node));
             return Ok(());
         };
-        if self.parent_idx != Some(parent_idx) {
-            self.parent_path.clear();
-            self.parent_path.push_str(parent_path);
-            self.parent_idx = Some(parent_idx);
-        }
         let pn = self.tree.node_mut(parent_idx);
         if pn.children.is_none() {
             // Sized once for the children it can have: at most its create
@@ -1376,13 +1669,15 @@ impl Loader {
             }
         }
         self.tree
-            .insert_child(parent_idx, p, node)
+            .insert_child_hashed(parent_idx, p, rec.node, rec.name_hash)
             .map(|_| ())
             .map_err(|()| orphan())
     }
 
-    /// Inserts the deferred records and gives back oversized maps.
-    fn finish(&mut self) -> Result<(), TxnError> {
+    /// Inserts the deferred records, gives back oversized maps, and hands
+    /// over the tree with the ACL lists its nodes were given.
+    fn finish(mut self, acls: AclInterner) -> Result<DataTree, TxnError> {
+        self.tree.acls = acls;
         for level in std::mem::take(&mut self.deferred) {
             self.tree.insert_level(level)?;
         }
@@ -1392,7 +1687,7 @@ impl Loader {
         if self.tree.node(ROOT).is_none() {
             return Err(TxnError("snapshot has no root".into()));
         }
-        Ok(())
+        Ok(self.tree)
     }
 }
 
@@ -1867,3 +2162,7 @@ mod tests {
         assert_eq!(loaded.dump(), expected);
     }
 }
+
+#[cfg(test)]
+#[path = "tree_load_tests.rs"]
+mod load_tests;
