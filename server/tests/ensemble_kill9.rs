@@ -7,22 +7,13 @@ mod common;
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::eventually;
+use support::client::{assert_acked_on_every_member, connect, Acked};
 use support::procs::{Layout, Procs};
 use zookeeper_client as zk;
-
-async fn connect(connect: &str) -> zk::Client {
-    zk::Client::connector()
-        .with_session_timeout(Duration::from_secs(10))
-        .connect(connect)
-        .await
-        .expect("connect")
-}
-
-type Acked = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 
 /// Writers on sessions spread over all members; a create is acknowledged only
 /// when the client got its reply (a connection loss is not an answer).
@@ -114,16 +105,6 @@ async fn kill_9_of_leader_and_follower_under_load_loses_no_acknowledged_write() 
         w.await.expect("a writer panicked");
     }
     let acked = acked.lock().unwrap().clone();
-    for m in &ens.members {
-        let c = connect(&m.addr()).await;
-        c.sync("/").await.unwrap();
-        for (path, data) in &acked {
-            let (got, _) = c
-                .get_data(path)
-                .await
-                .unwrap_or_else(|e| panic!("{path} lost on member {}: {e}", m.id));
-            assert_eq!(&got, data, "{path} on member {}", m.id);
-        }
-    }
+    assert_acked_on_every_member(&ens.members, &acked).await;
     drop(setup);
 }

@@ -23,20 +23,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::eventually;
+use support::client::{connect, open, Acked};
 use support::procs::{Kind, Layout, Procs};
 use zookeeper_client as zk;
-
-async fn connect(connect: &str) -> zk::Client {
-    zk::Client::connector()
-        .with_session_timeout(Duration::from_secs(10))
-        .connect(connect)
-        .await
-        .expect("connect")
-}
-
-fn open() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
-}
 
 /// Whether an error means "no answer" (the connection broke or the member
 /// stopped serving): the write may or may not have applied.
@@ -50,8 +39,6 @@ fn no_answer(e: &zk::Error) -> bool {
             | zk::Error::Custom(_)
     )
 }
-
-type Acked = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 
 /// Writers: `per` sessions on each of `targets`; a create is acknowledged only
 /// when its reply came.

@@ -17,9 +17,10 @@
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::client::{assert_acked_on_every_member, connect, open, Acked};
 use support::procs::{field, row, Layout, Procs};
 use zookeeper_client as zk;
 
@@ -31,20 +32,6 @@ const BIG_NODE_BYTES: usize = 1_000_000;
 
 /// Every wait's deadline.
 const WITHIN: Duration = Duration::from_secs(30);
-
-type Acked = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
-
-async fn connect(connect: &str) -> zk::Client {
-    zk::Client::connector()
-        .with_session_timeout(Duration::from_secs(10))
-        .connect(connect)
-        .await
-        .expect("connect")
-}
-
-fn open() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
-}
 
 /// A numeric `mntr` row of a member (0 when it does not answer).
 async fn mntr_num(p: &support::procs::Proc, key: &str) -> u64 {
@@ -225,16 +212,10 @@ async fn a_snap_transfer_outlives_the_leaders_newer_snapshots() {
     assert!(mntr_num(&ens.members[f], "rzk_learner_snap_count").await >= 1);
 
     // Every acknowledged write, and the state, on every member.
+    assert_acked_on_every_member(&ens.members, &acked).await;
     for m in &ens.members {
         let c = connect(&m.addr()).await;
         c.sync("/").await.unwrap();
-        for (path, data) in &acked {
-            let (got, _) = c
-                .get_data(path)
-                .await
-                .unwrap_or_else(|e| panic!("{path} lost on member {}: {e}", m.id));
-            assert_eq!(&got, data, "{path} on member {}", m.id);
-        }
         let (children, _) = c.get_children("/big").await.unwrap();
         assert_eq!(children.len(), BIG_NODES, "member {}", m.id);
     }
