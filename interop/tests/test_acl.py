@@ -184,7 +184,25 @@ def test_set_acl_needs_admin_and_checks_aversion(new_client, base):
         owner.set_acls(f"{base}/n", OPEN_ACL_UNSAFE, version=5)
     stat = owner.set_acls(f"{base}/n", OPEN_ACL_UNSAFE, version=0)
     assert stat.aversion == 1
-    stranger.set(f"{base}/n", b"now open")
+    # The setACL was acknowledged before the stranger writes, so the write must be
+    # authorised by the new ACL. Apache ZooKeeper 3.8's leader preps each write against
+    # its outstanding change records, and a setACL's record keeps the node's old ACL
+    # (PrepRequestProcessor duplicates the record with the new aversion only) until the
+    # leader applies the setACL itself. A member that answered the setACL first (an
+    # observer or a follower: the leader sends COMMIT before it applies) leaves a window
+    # in which the write is refused with NoAuth; seen once in CI through an observer.
+    # Retried on NoAuth only, until the deadline: the write must go through. rzk's prep
+    # keeps the new ACL in the outstanding change (server/src/prep.rs), which its unit
+    # test `a_write_prepped_behind_an_outstanding_set_acl_is_checked_against_the_new_acl`
+    # asserts on the first attempt.
+    def stranger_writes():
+        try:
+            stranger.set(f"{base}/n", b"now open")
+            return True
+        except NoAuthError:
+            return False
+
+    helpers.wait_until(stranger_writes, "the stranger's write is authorised by the open ACL")
 
 
 def test_acl_is_checked_before_version(new_client, base):
