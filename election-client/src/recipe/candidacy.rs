@@ -36,9 +36,7 @@ use crate::error::Error;
 use crate::state::ConnectionState;
 use crate::types::{FencingToken, SessionId, Stat};
 
-/// Identifies one operation, watch or timer issued by the machine. Strictly increasing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OpId(pub u64);
+pub use super::ids::{join_path, name_of, OpId};
 
 /// What the holder of a candidacy gets when it has the grant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1021,20 +1019,6 @@ impl Candidacy {
             self.on_verified(now_ms, r, out);
         }
     }
-}
-
-/// `parent/child`, without doubling the root's slash.
-pub fn join_path(parent: &str, child: &str) -> String {
-    if parent == "/" {
-        format!("/{child}")
-    } else {
-        format!("{parent}/{child}")
-    }
-}
-
-/// The last component of a path.
-pub fn name_of(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// The sort key of a candidate: the part after the last occurrence of `name`, which is

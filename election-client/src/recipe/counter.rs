@@ -39,8 +39,8 @@ use rzk_wire::CreateMode;
 use rzk_zxid::Zxid;
 use tokio::sync::{oneshot, watch};
 
-use super::candidacy::{join_path, OpId};
 use super::engine::{Backoff, Call, Ids, Input, Machine, Output, Reply, Running};
+use super::ids::{join_path, OpId};
 use super::latch::rand_nonce;
 use super::ops::RecipeOps;
 use crate::client::{Op as MultiOp, OpResult as MultiResult};

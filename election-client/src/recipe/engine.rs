@@ -30,7 +30,7 @@ use rzk_wire::{Acl, CreateMode};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-pub use super::candidacy::OpId;
+pub use super::ids::OpId;
 use super::ops::{RecipeOps, WatchFired};
 use crate::client::watches::{PersistentMode, WatchEvent};
 use crate::client::{Client, Op, OpResult};

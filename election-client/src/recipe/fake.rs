@@ -10,8 +10,9 @@ use futures::FutureExt;
 use rzk_zxid::Zxid;
 use tokio::sync::oneshot;
 
-use super::candidacy::{join_path, BumpError};
+use super::candidacy::BumpError;
 use super::engine::{Call, Reply, Watch};
+use super::ids::join_path;
 use super::ops::{RecipeOps, WatchFired};
 use crate::client::watches::{EventKind, WatchEvent};
 use crate::client::{Op as MultiOp, OpResult as MultiOpResult};

@@ -9,9 +9,9 @@ use std::collections::VecDeque;
 use futures::FutureExt;
 use futures::StreamExt;
 
-use super::candidacy::OpId;
 use super::engine::{Call, EventStream, Input, Machine, Output, Reply, Watch};
 use super::fake::{fake_call, FakeServer};
+use super::ids::OpId;
 use super::ops::WatchFired;
 use crate::error::Error;
 use crate::state::ConnectionState;

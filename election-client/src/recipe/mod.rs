@@ -10,6 +10,7 @@ pub mod candidacy;
 pub mod counter;
 pub(crate) mod driver;
 pub mod engine;
+pub mod ids;
 mod latch;
 mod mutex;
 pub mod ops;

@@ -26,8 +26,8 @@ use bytes::Bytes;
 use rzk_wire::CreateMode;
 use tokio::sync::watch;
 
-use super::candidacy::{join_path, name_of, OpId};
 use super::engine::{Backoff, Call, Ids, Input, Machine, Output, Reply, Running};
+use super::ids::{join_path, name_of, OpId};
 use super::latch::rand_nonce;
 use super::ops::RecipeOps;
 use crate::error::Error;

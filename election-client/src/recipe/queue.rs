@@ -35,8 +35,9 @@ use bytes::Bytes;
 use rzk_wire::CreateMode;
 use rzk_zxid::Zxid;
 
-use super::candidacy::{join_path, name_of, parse_epoch, Grant, OpId, Revoked};
+use super::candidacy::{parse_epoch, Grant, Revoked};
 use super::engine::{Backoff, Call, Ids, Input, Machine, Output, Reply};
+use super::ids::{join_path, name_of, OpId};
 use crate::client::{Op as MultiOp, OpResult as MultiResult};
 use crate::error::Error;
 use crate::state::ConnectionState;
