@@ -31,8 +31,13 @@
 //!
 //! [`ports`] reserves loopback ports for the servers a test starts, so that no
 //! other socket takes one between the choice and the server's bind; [`procs`]
-//! stops a child process with every one of its threads stopped.
+//! stops a child process with every one of its threads stopped; [`ensemble`]
+//! writes, starts, signals and waits on ensembles of rzk or Apache ZooKeeper
+//! processes (the `rzk-ensemble` binary does the same for scripts);
+//! [`fourlw`] speaks four-letter words.
 
+pub mod ensemble;
+pub mod fourlw;
 pub mod ports;
 pub mod procs;
 

@@ -32,6 +32,7 @@ use socket2::{Domain, Socket, Type};
 
 /// A loopback port reserved for a server the test starts; see the module docs.
 pub struct Port {
+    ip: Ipv4Addr,
     port: u16,
     _held: Socket,
 }
@@ -42,9 +43,10 @@ impl Port {
         self.port
     }
 
-    /// `127.0.0.1:<port>`.
+    /// `<address>:<port>` (`127.0.0.1:<port>` unless reserved with
+    /// [`reserve_on`]).
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+        SocketAddr::from((self.ip, self.port))
     }
 }
 
@@ -56,20 +58,24 @@ impl fmt::Display for Port {
 
 impl fmt::Debug for Port {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Port({})", self.port)
+        write!(f, "Port({}:{})", self.ip, self.port)
     }
 }
 
 /// Reserves a free port on 127.0.0.1 (the kernel chooses it, as for a bind to
 /// port 0). Panics if the machine has no socket to give: a test cannot go on.
 pub fn reserve() -> Port {
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("a TCP socket");
-    socket
-        .set_reuse_address(true)
-        .expect("SO_REUSEADDR on a TCP socket");
-    socket
-        .bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, 0)).into())
-        .expect("bind 127.0.0.1:0");
+    reserve_on(Ipv4Addr::LOCALHOST)
+}
+
+/// Reserves a free port on `ip`, one of the loopback addresses (all of
+/// 127.0.0.0/8 is loopback on Linux and binds without root): servers that need
+/// an address each on one host (ZooKeeper's observer master dials a voter at
+/// its `server.N` address and the observer's own port number) get one each.
+/// Panics if the address cannot be bound.
+pub fn reserve_on(ip: Ipv4Addr) -> Port {
+    let socket = held_socket(SocketAddr::from((ip, 0)))
+        .unwrap_or_else(|e| panic!("bind {ip}:0 with SO_REUSEADDR: {e}"));
     let port = socket
         .local_addr()
         .expect("a bound socket's address")
@@ -77,9 +83,45 @@ pub fn reserve() -> Port {
         .expect("an IPv4 address")
         .port();
     Port {
+        ip,
         port,
         _held: socket,
     }
+}
+
+/// Reserves one port number on every address of `ips` (a setting that names
+/// one port for members that each bind it on their own address, as
+/// ZooKeeper's `observerMasterPort`). Panics if 100 candidates fail.
+pub fn reserve_common(ips: &[Ipv4Addr]) -> Vec<Port> {
+    let Some((first, rest)) = ips.split_first() else {
+        return Vec::new();
+    };
+    for _ in 0..100 {
+        let candidate = reserve_on(*first);
+        let others: Option<Vec<Port>> = rest
+            .iter()
+            .map(|ip| {
+                let socket = held_socket(SocketAddr::from((*ip, candidate.port))).ok()?;
+                Some(Port {
+                    ip: *ip,
+                    port: candidate.port,
+                    _held: socket,
+                })
+            })
+            .collect();
+        if let Some(others) = others {
+            return std::iter::once(candidate).chain(others).collect();
+        }
+    }
+    panic!("no port free on every one of {ips:?} after 100 candidates");
+}
+
+/// A TCP socket bound to `addr` with `SO_REUSEADDR`, never listening.
+fn held_socket(addr: SocketAddr) -> std::io::Result<Socket> {
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket)
 }
 
 #[cfg(test)]
@@ -113,6 +155,32 @@ mod tests {
             .bind(&port.addr().into())
             .expect_err("a bind without SO_REUSEADDR must fail");
         assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+    }
+
+    #[test]
+    fn a_port_reserved_on_another_loopback_address_binds_there() {
+        let ip = Ipv4Addr::new(127, 0, 9, 3);
+        let port = reserve_on(ip);
+        assert_eq!(port.addr().ip(), ip);
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        s.set_reuse_address(true).unwrap();
+        s.bind(&port.addr().into()).unwrap();
+        s.listen(1).unwrap();
+        TcpStream::connect(port.addr()).expect("the server on 127.0.9.3 accepts");
+    }
+
+    #[test]
+    fn a_common_port_is_held_on_every_address() {
+        let ips = [Ipv4Addr::new(127, 0, 9, 1), Ipv4Addr::new(127, 0, 9, 2)];
+        let ports = reserve_common(&ips);
+        assert_eq!(ports.len(), 2);
+        assert_eq!(ports[0].get(), ports[1].get());
+        for (p, ip) in ports.iter().zip(ips) {
+            assert_eq!(p.addr().ip(), ip);
+            let plain = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            let err = plain.bind(&p.addr().into()).expect_err("held");
+            assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+        }
     }
 
     #[test]
