@@ -5,9 +5,9 @@
 //! `resume` the id and password of a saved one), its ConnectResponse, and one
 //! ping answered: the `zookeeper-client` crate counts a connection as
 //! established only then, and a server that gives the ping no request slot
-//! shows up here (issue 15). Its latency is measured from the TCP connect to
-//! the ping's reply; the rate is sessions over the wall time from the first
-//! connect to the last session established.
+//! shows up here. Its latency is measured from the TCP connect to the ping's
+//! reply; the rate is sessions over the wall time from the first connect to the
+//! last session established.
 //!
 //! Established sessions stay open (pinged every third of their timeout) until
 //! all are established, so that the server holds all N at the end. Then they

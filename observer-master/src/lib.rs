@@ -1,11 +1,10 @@
 //! `rzk-observer-master`: the fan-out of committed transactions from a follower
 //! (or the leader) to observers, and the observer's contiguity check.
 //!
-//! ZooKeeper's ZOOKEEPER-5088 (`seeds/observer-master-pending-proposals.txt`): a
+//! ZooKeeper's ZOOKEEPER-5088 (ARCHITECTURE.md, "The four failures"): a
 //! follower's observer fan-out started after its sync with an empty queue, so a
 //! proposal in flight during the sync was never relayed, the observer saw a gap
-//! and its commit thread died. This crate rules that out by construction
-//! (DESIGN I4):
+//! and its commit thread died. This crate rules that out by construction (I4):
 //!
 //! - a [`Fanout`] has one constructor, from a [`SourceSnapshot`]: the source's
 //!   pending proposals and last committed zxid, taken by

@@ -5,7 +5,7 @@ use rzk_zxid::Zxid;
 
 use crate::error::StreamError;
 
-/// The contiguity check of an observer's committed stream (DESIGN I4).
+/// The contiguity check of an observer's committed stream (I4).
 ///
 /// Built from the zxid the observer's history ends at after a sync; each
 /// transaction that arrives is checked with [`Contiguity::accept`] *before* it is

@@ -89,7 +89,7 @@ pub struct Subscription {
 /// stream, never both and never neither. The stream delivers events in the
 /// order the source applied them to its own pending queue, so a relay built
 /// from a subscription holds the same queue as the source at every point
-/// (DESIGN I4, ZOOKEEPER-5088).
+/// (I4, ZOOKEEPER-5088).
 pub trait RelaySource: Send + Sync + 'static {
     /// Takes a subscription.
     fn subscribe(&self) -> Subscription;

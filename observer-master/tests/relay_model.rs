@@ -3,7 +3,7 @@
 //! fan-out, attaches and reads. Zxids cross epochs through rollover proposals
 //! (counter limit 5), so the contiguity rule is checked across epochs too.
 //!
-//! What it pins (DESIGN I4, ZOOKEEPER-5088):
+//! What it pins (I4, ZOOKEEPER-5088):
 //! - every observer applies exactly the committed sequence, in order, with no
 //!   gap, and never needs a resync because of the relay itself;
 //! - with the regression switch (`FanoutConfig::regression_5088`), the
@@ -183,9 +183,9 @@ proptest! {
     }
 }
 
-/// The seeded search the lead's note cites: ZOOKEEPER-5088 re-introduced by the
-/// switch is caught by the observers' contiguity check (a `Gap`) within the
-/// first seeds; the same seeds without the switch see none.
+/// A seeded search: ZOOKEEPER-5088 re-introduced by the switch is caught by the
+/// observers' contiguity check (a `Gap`) within the first seeds; the same seeds
+/// without the switch see none.
 #[test]
 fn regression_switch_5088_is_caught_within_100_seeds() {
     let mut first_caught = None;

@@ -176,10 +176,11 @@ fn appends_must_increase_and_be_contiguous_inside_an_epoch() {
     assert_holds(&log, &[z(1, 1), z(1, 2), z(1, 3), z(4, 1), z(4, 2)]);
 }
 
-/// ZOOKEEPER-5094 (seeds/interrupted-trunc-sync.txt): a follower interrupted in
-/// a TRUNC sync had Z1 on disk and Z2 only in memory, reported Z2, received Z3,
-/// and wrote it: its log read Z1 -> Z3 and the node could not restart. Here the
-/// same history is offered to the log, which refuses Z3 and keeps reporting Z1.
+/// ZOOKEEPER-5094 (ARCHITECTURE.md, "The four failures"): a follower
+/// interrupted in a TRUNC sync had Z1 on disk and Z2 only in memory, reported
+/// Z2, received Z3, and wrote it: its log read Z1 -> Z3 and the node could not
+/// restart. Here the same history is offered to the log, which refuses Z3 and
+/// keeps reporting Z1.
 #[test]
 fn interrupted_trunc_sync_history_with_a_gap_is_refused() {
     let dir = tempfile::tempdir().unwrap();

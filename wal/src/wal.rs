@@ -97,9 +97,9 @@ struct Preloaded {
 /// Records (and payload bytes) of the log after a preloaded snapshot that the
 /// rebuild reads into memory while the preload runs (the rest is read
 /// afterwards, as it is consumed). The quorum's recovery streams the tail in
-/// batches (issue 11), so what is read early stays in memory until the
-/// replay reaches it: a few of its batches' worth, never the tail (at 2^20
-/// records, a restart on a 409 MB tail after a snapshot peaked at 444 MiB).
+/// batches, so what is read early stays in memory until the replay reaches it:
+/// a few of its batches' worth, never the tail (at 2^20 records, a restart on a
+/// 409 MB tail after a snapshot peaked at 444 MiB).
 const REBUILD_READ_AHEAD_RECORDS_MAX: usize = 4096;
 const REBUILD_READ_AHEAD_BYTES_MAX: usize = 16 << 20;
 

@@ -1,7 +1,7 @@
 //! Framing: every message after the TCP connect is an `int32` length and that
-//! many bytes (doc §2.1). This module holds the limits and the two primitives
-//! the codecs share: take a whole frame from a read buffer, and write a frame
-//! with its length prefix patched in place.
+//! many bytes (docs/client-protocol.md, "Framing"). This module holds the
+//! limits and the two primitives the codecs share: take a whole frame from a
+//! read buffer, and write a frame with its length prefix patched in place.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
@@ -11,12 +11,13 @@ use crate::error::WireError;
 /// The default limit on a request frame's payload a server accepts, in bytes:
 /// `0xfffff` = 1,048,575, ZooKeeper's default `jute.maxbuffer`.
 ///
-/// This is exactly the check ZooKeeper makes (doc §2.2, verified live: a
-/// declared length of 1,048,575 is accepted, 1,048,576 gets the connection
-/// closed). Using the same number means a request ZooKeeper accepts is accepted
-/// here and one it refuses is refused here. The limit applies to the payload,
-/// not counting the 4-byte prefix; it bounds a znode's data to a little under
-/// 1 MiB (the header, path, version and ACL share the frame).
+/// This is exactly the check ZooKeeper makes (docs/client-protocol.md, "Frame
+/// size limit"; verified live: a declared length of 1,048,575 is accepted,
+/// 1,048,576 gets the connection closed). Using the same number means a request
+/// ZooKeeper accepts is accepted here and one it refuses is refused here. The
+/// limit applies to the payload, not counting the 4-byte prefix; it bounds a
+/// znode's data to a little under 1 MiB (the header, path, version and ACL
+/// share the frame).
 pub const REQUEST_FRAME_BYTES_MAX_DEFAULT: usize = 0xfffff;
 
 /// The default limit on a reply frame's payload a client accepts, in bytes:

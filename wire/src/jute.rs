@@ -2,9 +2,10 @@
 //! frame without copying, the writers, and the [`Record`] trait every protocol
 //! record implements.
 //!
-//! Encoding (protocol doc §1): big-endian integers, no tags or padding; a
-//! `buffer` or `ustring` is an `int` length and that many bytes, a `vector` an
-//! `int` count and the elements. A length or count of -1 means null.
+//! Encoding (docs/client-protocol.md, "Encoding"): big-endian integers, no tags
+//! or padding; a `buffer` or `ustring` is an `int` length and that many bytes,
+//! a `vector` an `int` count and the elements. A length or count of -1 means
+//! null.
 //!
 //! Null handling, decided once here:
 //! - a null **buffer** decodes to `None` where the record keeps the distinction
@@ -23,9 +24,10 @@ use crate::error::WireError;
 /// How lenient a [`Reader`] is.
 ///
 /// ZooKeeper ignores trailing bytes after a request record and treats any
-/// non-zero byte as `true` (doc §1); a server decoding requests must do the same
-/// to accept what ZooKeeper accepts. A client decoding replies has no such need
-/// and is strict, so that a broken server is noticed at once.
+/// non-zero byte as `true` (docs/client-protocol.md, "Encoding"); a server
+/// decoding requests must do the same to accept what ZooKeeper accepts. A
+/// client decoding replies has no such need and is strict, so that a broken
+/// server is noticed at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Strictness {
     /// ZooKeeper's own reading rules: trailing bytes ignored, any non-zero

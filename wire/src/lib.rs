@@ -1,7 +1,7 @@
 //! `rzk-wire`: the Apache ZooKeeper client wire protocol, both directions.
 //!
 //! This is the only crate of rzk that knows the client byte format
-//! (`docs/zk-client-protocol.md`). It has:
+//! (`docs/client-protocol.md`). It has:
 //! - every jute record of the protocol ([`records`], [`multi`]) with a
 //!   zero-copy [`jute::Reader`] and in-place writers;
 //! - the protocol's numbers as types: [`OpCode`], [`ErrorCode`], [`EventType`],

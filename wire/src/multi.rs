@@ -1,5 +1,6 @@
 //! multi (14) and multiRead (22): sequences of `(MultiHeader, record)` pairs
-//! ended by a terminator header, with no count (doc §11).
+//! ended by a terminator header, with no count (docs/client-protocol.md, "multi
+//! and multiRead").
 
 use bytes::{BufMut, BytesMut};
 
@@ -233,8 +234,8 @@ impl MultiReadOp {
 /// Reads `(header, op)` pairs until a header with `done` set. The terminator's
 /// type and err are ignored, as ZooKeeper ignores them. An op type that `decode`
 /// does not accept is [`WireError::InvalidValue`] on `MultiHeader.type`, which
-/// the server answers with MARSHALLINGERROR (doc §11.1: mixing reads and writes
-/// or an unknown type).
+/// the server answers with MARSHALLINGERROR (mixing reads and writes or an
+/// unknown type: docs/client-protocol.md, "Request layout").
 fn decode_ops<T>(
     r: &mut Reader<'_>,
     decode: fn(OpCode, &mut Reader<'_>) -> Option<Result<T, WireError>>,
@@ -322,7 +323,8 @@ impl Record for MultiReadRequest {
     }
 }
 
-/// One result of a multi or multiRead reply (doc §11.3, §11.4).
+/// One result of a multi or multiRead reply (docs/client-protocol.md, "Result
+/// layout" and "multiRead").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MultiResult {
     /// Type 1: a create or create2 sub-op succeeded.
@@ -445,7 +447,8 @@ impl MultiResult {
 }
 
 /// The body of a multi or multiRead reply. The ReplyHeader's err is 0 even when
-/// a multi failed; failure shows only in the results (doc §11.2).
+/// a multi failed; failure shows only in the results (docs/client-protocol.md,
+/// "All or nothing").
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct MultiResponse {
     /// One result per op, in op order.
@@ -455,7 +458,7 @@ pub struct MultiResponse {
 impl MultiResponse {
     /// The results of a multi that failed at op `failed` with `code`, for a
     /// multi of `op_count` ops: 0 before it, `code` at it, RUNTIMEINCONSISTENCY
-    /// after it (doc §11.3).
+    /// after it (docs/client-protocol.md, "Result layout").
     pub fn failed(op_count: usize, failed: usize, code: ErrorCode) -> MultiResponse {
         let results = (0..op_count)
             .map(|i| {

@@ -748,9 +748,9 @@ where
 /// per frame, with the frame's xid and opcode; an accepted request re-encodes to
 /// the same request (and is the original when unmutated); a Malformed or unknown
 /// opcode leaves the codec decoding the next frame; a framing error (a payload
-/// shorter than the 8-byte header, or over the limit) fails the codec, which
-/// then ignores everything (the connection closes, doc §7.15). Returns the
-/// outcome of each frame decoded.
+/// shorter than the 8-byte header, or over the limit) fails the codec, which then
+/// ignores everything (the connection closes: docs/client-protocol.md, "Frame
+/// size limit"). Returns the outcome of each frame decoded.
 fn check_server_stream(cases: &[RequestCase], chunk: usize) -> Vec<ServerOutcome> {
     let mut stream = BytesMut::new();
     ClientCodec::new()

@@ -16,8 +16,8 @@ use crate::records::{
 };
 
 /// The body of a successful reply. Its shape depends on the request's opcode
-/// (doc §5); [`Response::decode`] takes that opcode, and the variant alone
-/// decides the bytes when encoding.
+/// (docs/client-protocol.md, "Opcodes"); [`Response::decode`] takes that
+/// opcode, and the variant alone decides the bytes when encoding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Response {
     /// No body: delete, ping, check, checkWatches, removeWatches, auth,
@@ -48,7 +48,7 @@ pub enum Response {
     /// getAllChildrenNumber.
     GetAllChildrenNumber(GetAllChildrenNumberResponse),
     /// addWatch: a 4-byte `ErrorResponse{0}` body, which the Java client needs
-    /// (doc §5).
+    /// (docs/client-protocol.md, "Opcodes").
     AddWatch,
     /// whoAmI.
     WhoAmI(WhoAmIResponse),
@@ -143,12 +143,13 @@ impl Response {
 }
 
 /// A reply as a server sends it: header fields and either a body or an error
-/// code. An error reply has no body (doc §4.2).
+/// code. An error reply has no body (docs/client-protocol.md, "Error replies
+/// have no body").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reply {
     /// The request's xid.
     pub xid: Xid,
-    /// The zxid to report (doc §4.4).
+    /// The zxid to report (docs/client-protocol.md, "The zxid in replies").
     pub zxid: Zxid,
     /// The body, or the error code. `Err(ErrorCode::Ok)` encodes like
     /// `Ok(Response::Empty)`: a bodiless OK header.
@@ -175,7 +176,8 @@ impl Reply {
     }
 
     /// The reply ZooKeeper sends to an unknown opcode: UNIMPLEMENTED with zxid
-    /// -1 (doc §5). The server then closes the connection.
+    /// -1 (docs/client-protocol.md, "Opcodes"). The server then closes the
+    /// connection.
     pub fn unimplemented(xid: Xid) -> Reply {
         Reply::error(xid, Zxid::from_i64(-1), ErrorCode::Unimplemented)
     }

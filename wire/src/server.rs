@@ -22,9 +22,9 @@ use crate::response::{Notification, Reply};
 /// - [`Incoming::Malformed`]: the header was fine but the record was not (too
 ///   short, a length below -1, bad UTF-8, an addWatch mode of 2, a multi with a
 ///   forbidden op): reply `MARSHALLINGERROR` to that xid and keep going
-///   (doc §7.15);
+///   (docs/client-protocol.md, "Malformed requests");
 /// - [`Incoming::UnknownOpCode`]: reply [`Reply::unimplemented`] to that xid,
-///   then close (doc §5).
+///   then close (docs/client-protocol.md, "Opcodes").
 #[derive(Debug)]
 pub enum Incoming {
     /// The first frame of a session connection.
@@ -178,7 +178,8 @@ pub fn classify_request(payload: &Bytes) -> Result<Incoming, WireError> {
         return Ok(Incoming::UnknownOpCode { xid, opcode });
     };
     // Trailing bytes after the record are ignored, as ZooKeeper ignores them
-    // (doc §1); the lenient reader's `finish` would accept them anyway.
+    // (docs/client-protocol.md, "Encoding"); the lenient reader's `finish`
+    // would accept them anyway.
     match Request::decode(op, &mut r) {
         Ok(request) => Ok(Incoming::Request(RequestFrame { xid, request })),
         Err(error) => Ok(Incoming::Malformed {
@@ -226,9 +227,10 @@ impl Encoder<ConnectResponse> for ServerCodec {
     type Error = WireError;
 
     /// Once this codec has decoded a ConnectRequest, the response carries the
-    /// readOnly byte exactly when the request did (doc §3.2), whatever
-    /// `item.read_only` says about presence: its value is written if it has one,
-    /// `false` otherwise. Before that, `item.read_only` decides alone.
+    /// readOnly byte exactly when the request did (docs/client-protocol.md,
+    /// "Connect request and response"), whatever `item.read_only` says about
+    /// presence: its value is written if it has one, `false` otherwise. Before
+    /// that, `item.read_only` decides alone.
     fn encode(&mut self, mut item: ConnectResponse, dst: &mut BytesMut) -> Result<(), WireError> {
         item.read_only = match self.connect_had_read_only_byte {
             Some(true) => Some(item.read_only.unwrap_or(false)),

@@ -550,7 +550,8 @@ fn connect_request_with_and_without_the_read_only_byte() {
         assert_eq!(req.read_only, read_only);
         assert!(codec.is_connected());
         // The response carries the byte exactly when the request did: 41 or 40
-        // bytes on the wire (doc §3.2).
+        // bytes on the wire (docs/client-protocol.md, "Connect request and
+        // response").
         let resp = req.accept(30_000, SessionId(1), Bytes::from_static(&[1; 16]));
         let bytes = server_bytes(|s, d| s.encode(resp, d));
         assert_eq!(bytes.len(), if read_only.is_some() { 41 } else { 40 });

@@ -3,8 +3,8 @@
 //! A [`Zxid`] is the 64-bit transaction id of ZooKeeper: the high 32 bits are the
 //! leader [`Epoch`], the low 32 bits a [`Counter`] that the leader of that epoch
 //! increments for every transaction. Every state change in rzk gets the next zxid,
-//! and every log and stream of transactions is ordered by it (invariant I3 of the
-//! design: zxids strictly increase and the counter never wraps).
+//! and every log and stream of transactions is ordered by it (invariant I3 in
+//! ARCHITECTURE.md: zxids strictly increase and the counter never wraps).
 //!
 //! ```
 //! use rzk_zxid::{CounterLimit, Epoch, Next, Zxid};
