@@ -23,7 +23,7 @@ use self::config::{validate_path, Chroot, ClientConfig};
 use self::conn::{add_watch_mode, Answer, Call, Conn, Control, Shared, WatchHandle, WatchSpec};
 use self::watches::{PersistentMode, WatchEvent, WatchLagged};
 use crate::error::{Error, Result};
-use crate::recipe::candidacy::BumpError;
+use crate::recipe::fence::BumpError;
 use crate::recipe::ids::join_path;
 use crate::recipe::ops::{RecipeOps, WatchFired};
 use crate::state::{ConnectionState, StateStream};

@@ -36,33 +36,9 @@ use crate::error::Error;
 use crate::state::ConnectionState;
 use crate::types::{FencingToken, SessionId, Stat};
 
+pub use super::fence::{parse_epoch, BumpError};
 pub use super::ids::{join_path, name_of, OpId};
-
-/// What the holder of a candidacy gets when it has the grant.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    /// The full path of the candidate node that won.
-    pub node: String,
-    /// The session that owns the node.
-    pub session: SessionId,
-    /// The fencing token, when the candidacy is fenced.
-    pub token: Option<FencingToken>,
-}
-
-/// Why a grant was revoked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Revoked {
-    /// The connection is suspended or read-only; the grant may come back on reconnect.
-    Suspended,
-    /// The session is lost; the participation is over.
-    Lost,
-    /// A re-evaluation no longer proves the grant (node gone, not first, not ours).
-    NotProven,
-    /// The holder released it.
-    Released,
-    /// The candidacy was closed.
-    Closed,
-}
+pub use super::position::{Grant, Revoked};
 
 /// Whether a candidacy rejoins after losing a grant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,19 +145,6 @@ pub enum Op {
         /// The node.
         path: String,
     },
-}
-
-/// Why a [`Op::BumpEpoch`] failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BumpError {
-    /// The epoch znode's version changed: someone else fenced first.
-    EpochMoved,
-    /// The epoch znode does not exist.
-    EpochMissing,
-    /// The candidate node does not exist any more.
-    CandidateGone,
-    /// Anything else (connection loss, expiry, ACL).
-    Other(Error),
 }
 
 /// The answer to an [`Op`].
@@ -1028,14 +991,6 @@ pub fn sequence_of<'a>(child: &'a str, name: &str) -> &'a str {
         Some(i) => &child[i + name.len()..],
         None => child,
     }
-}
-
-/// The epoch znode holds a decimal number; empty data counts as 0.
-pub fn parse_epoch(data: &[u8]) -> Option<u64> {
-    if data.is_empty() {
-        return Some(0);
-    }
-    std::str::from_utf8(data).ok()?.trim().parse().ok()
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use futures::FutureExt;
 use rzk_zxid::Zxid;
 use tokio::sync::oneshot;
 
-use super::candidacy::BumpError;
 use super::engine::{Call, Reply, Watch};
+use super::fence::BumpError;
 use super::ids::join_path;
 use super::ops::{RecipeOps, WatchFired};
 use crate::client::watches::{EventKind, WatchEvent};

@@ -10,6 +10,7 @@ pub mod candidacy;
 pub mod counter;
 pub(crate) mod driver;
 pub mod engine;
+pub mod fence;
 pub mod ids;
 mod latch;
 mod mutex;
@@ -21,12 +22,12 @@ mod fake;
 #[cfg(test)]
 mod harness;
 mod persistent_node;
+pub(crate) mod position;
 pub mod queue;
 mod rwlock;
 mod tree_cache;
 
 pub use barrier::{Barrier, DoubleBarrier, DoubleBarrierConfig};
-pub use candidacy::{Grant, Revoked};
 pub use counter::{CounterConfig, CounterEvent, CounterValue, SharedCounter};
 pub use driver::RecipeEvent;
 pub use latch::{LatchConfig, LeaderLatch};
@@ -35,6 +36,7 @@ pub use ops::{RecipeOps, WatchFired};
 pub use persistent_node::{
     Absence, NodeCommand, NodeConfig, NodeEvent, NodeKind, NodeMachine, PersistentNode,
 };
+pub use position::{Grant, Revoked};
 pub use rwlock::{LockGuard, ReadWriteLock, Semaphore, LEASE_NAME, READ_NAME, WRITE_NAME};
 pub use selector::{LeaderSelector, Leadership, CALLBACK_GRACE};
 pub use tree_cache::{

@@ -10,8 +10,8 @@ use std::future::Future;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 
-use super::candidacy::BumpError;
 use super::engine::{Call, Reply, Watch};
+use super::fence::BumpError;
 use crate::error::Result;
 use crate::state::{ConnectionState, StateStream};
 use crate::types::Stat;

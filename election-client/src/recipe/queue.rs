@@ -32,13 +32,12 @@
 //! [`FencingToken`]: crate::FencingToken
 
 use bytes::Bytes;
-use rzk_wire::CreateMode;
-use rzk_zxid::Zxid;
 
-use super::candidacy::{parse_epoch, Grant, Revoked};
 use super::engine::{Backoff, Call, Ids, Input, Machine, Output, Reply};
-use super::ids::{join_path, name_of, OpId};
-use crate::client::{Op as MultiOp, OpResult as MultiResult};
+pub use super::fence::Fence;
+use super::fence::{FenceNext, FenceStep};
+use super::ids::{join_path, OpId};
+use super::position::{Grant, Position, Proof, Revoked};
 use crate::error::Error;
 use crate::state::ConnectionState;
 use crate::types::{FencingToken, SessionId, Stat};
@@ -58,19 +57,6 @@ pub enum Admission {
         /// The number of leases.
         n: u32,
     },
-}
-
-/// How a grant is fenced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fence {
-    /// No token.
-    None,
-    /// Increment this epoch znode (a multi that checks the node exists): a token no
-    /// other grant shares.
-    Bump(String),
-    /// Read this epoch znode: the token of the last fenced grant before this one (a
-    /// reader under writers that [`Fence::Bump`] the same znode).
-    Observe(String),
 }
 
 /// Settings of a [`QueueMachine`].
@@ -134,16 +120,6 @@ pub enum QueueCommand {
     Release,
 }
 
-/// One queue position: one node, one session.
-#[derive(Debug, Clone)]
-struct Part {
-    session: SessionId,
-    /// `_c_<nonce>-<attempt>-`: finds the node after a lost create reply.
-    prefix: String,
-    /// The child name once known.
-    node: Option<String>,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Then {
     Create,
@@ -170,15 +146,10 @@ enum Step {
         watch: OpId,
         timer: Option<OpId>,
     },
-    ReadingEpoch {
+    /// Admitted and proven: fencing before the grant.
+    Fencing {
         op: OpId,
-    },
-    CreatingEpoch {
-        op: OpId,
-    },
-    Bumping {
-        op: OpId,
-        value: u64,
+        step: FenceStep,
     },
     /// Granted; watching our own node.
     Holding {
@@ -193,10 +164,6 @@ enum Step {
     Closing,
     Ended,
 }
-
-/// Prefixes of retired positions whose node name was never learned; older ones are
-/// forgotten (their nodes die with their session anyway).
-const STALE_PREFIXES_MAX: usize = 16;
 
 /// Cleanup after release or close.
 #[derive(Debug, Default)]
@@ -231,14 +198,12 @@ pub struct QueueMachine {
     started: bool,
     /// The session while connected read-write.
     conn: Option<SessionId>,
-    part: Option<Part>,
+    /// Our node: its attempt, and the retired ones still to clean up.
+    pos: Position,
     step: Step,
     granted: Option<Grant>,
     /// This position has been granted once (a later loss ends the machine).
     was_granted: bool,
-    attempt: u64,
-    stale_nodes: Vec<String>,
-    stale_prefixes: Vec<String>,
     cleanup: Option<Cleanup>,
 }
 
@@ -246,19 +211,17 @@ impl QueueMachine {
     /// A machine for `cfg`, not started.
     pub fn new(cfg: QueueConfig) -> QueueMachine {
         let backoff = Backoff::new(cfg.backoff_min_ms, cfg.backoff_max_ms, cfg.nonce);
+        let pos = Position::new(&cfg.path, &cfg.name, cfg.data.clone(), cfg.nonce);
         QueueMachine {
             cfg,
             ids: Ids::default(),
             backoff,
             started: false,
             conn: None,
-            part: None,
+            pos,
             step: Step::Idle,
             granted: None,
             was_granted: false,
-            attempt: 0,
-            stale_nodes: Vec::new(),
-            stale_prefixes: Vec::new(),
             cleanup: None,
         }
     }
@@ -275,8 +238,7 @@ impl QueueMachine {
 
     /// The full path of the current node, if known.
     pub fn node_path(&self) -> Option<String> {
-        let part = self.part.as_ref()?;
-        part.node.as_ref().map(|n| join_path(&self.cfg.path, n))
+        self.pos.node_path()
     }
 
     /// The "never idle" check: false would mean started, connected and stuck.
@@ -287,9 +249,7 @@ impl QueueMachine {
             | Step::Listing { .. }
             | Step::Verifying { .. }
             | Step::Waiting { .. }
-            | Step::ReadingEpoch { .. }
-            | Step::CreatingEpoch { .. }
-            | Step::Bumping { .. }
+            | Step::Fencing { .. }
             | Step::Holding { .. }
             | Step::Backoff { .. }
             | Step::Closing
@@ -305,7 +265,7 @@ impl QueueMachine {
                 self.conn = Some(session);
                 // A position from another session never carries over (I5); LOST always
                 // comes first, this covers a missed one.
-                if self.part.as_ref().is_some_and(|p| p.session != session) {
+                if self.pos.current().is_some_and(|a| a.session != session) {
                     self.lost(out);
                     if self.step == Step::Ended {
                         return;
@@ -315,7 +275,7 @@ impl QueueMachine {
                 if !self.started {
                     return;
                 }
-                match self.part {
+                match self.pos.current() {
                     // Same session: the same node, re-proven (CURATOR-645: no reset).
                     Some(_) => self.list(out),
                     None => self.join(out),
@@ -340,7 +300,7 @@ impl QueueMachine {
     /// The session of the current position is gone.
     fn lost(&mut self, out: &mut Vec<Output<QueueEvent>>) {
         let had = self.revoke(Revoked::Lost, out) || self.was_granted;
-        self.retire();
+        self.pos.retire();
         if had && self.started {
             // A lock lost with its session is gone for good: the holder acquires again.
             self.end(out);
@@ -372,12 +332,10 @@ impl QueueMachine {
                 }
                 Err(_) => self.backoff(now_ms, Then::List, out),
             },
-            (Step::ReadingEpoch { .. }, Reply::Data(r)) => self.on_epoch(now_ms, r, out),
-            (Step::CreatingEpoch { .. }, Reply::Created(r)) => match r {
-                Ok(_) | Err(Error::NodeExists { .. }) => self.read_epoch(out),
-                Err(_) => self.backoff(now_ms, Then::List, out),
-            },
-            (Step::Bumping { value, .. }, Reply::Multi(r)) => self.on_bumped(now_ms, value, r, out),
+            (Step::Fencing { step, .. }, reply) => {
+                let next = self.cfg.fence.on_reply(step, self.pos.node_path(), reply);
+                self.fence(now_ms, next, out);
+            }
             // A reply of the wrong shape cannot happen; start the evaluation over.
             (_, _) => self.backoff(now_ms, Then::List, out),
         }
@@ -421,11 +379,7 @@ impl QueueMachine {
         let Reply::Created(Ok((path, _))) = reply else {
             return;
         };
-        let current = self
-            .part
-            .as_ref()
-            .is_some_and(|p| Some(p.session) == self.conn && name_of(&path).starts_with(&p.prefix));
-        if !current {
+        if !self.pos.owns_late_create(&path, self.conn) {
             self.ids.call(Call::Delete { path, version: -1 }, out);
         }
     }
@@ -438,9 +392,7 @@ impl QueueMachine {
     ) {
         match r {
             Ok((path, _)) => {
-                if let Some(part) = self.part.as_mut() {
-                    part.node = Some(name_of(&path).to_owned());
-                }
+                self.pos.created(&path);
                 self.list(out);
             }
             // The reply was lost: the node may exist; the listing finds it by prefix.
@@ -469,17 +421,13 @@ impl QueueMachine {
                 return;
             }
         };
-        self.cleanup_stale_prefixes(&children, out);
-        let Some(part) = self.part.as_mut() else {
-            return;
-        };
-        if part.node.is_none() {
-            part.node = children
-                .iter()
-                .find(|c| c.starts_with(&part.prefix))
-                .cloned();
+        for path in self.pos.stale_children(&children) {
+            self.ids.call(Call::Delete { path, version: -1 }, out);
         }
-        let Some(me) = part.node.clone() else {
+        if self.pos.current().is_none() {
+            return;
+        }
+        let Some(me) = self.pos.adopt(&children) else {
             // Our create never happened: create now, same attempt.
             self.create(out);
             return;
@@ -511,7 +459,7 @@ impl QueueMachine {
             if let Step::Waiting { watch, .. } = self.step {
                 out.push(Output::Unwatch { id: watch });
             }
-            let path = join_path(&self.cfg.path, &me);
+            let path = self.pos.child_path(&me);
             let op = self.ids.call(Call::GetData { path, watch: false }, out);
             self.step = Step::Verifying { op };
             return;
@@ -529,12 +477,9 @@ impl QueueMachine {
             return;
         }
         let call = match self.cfg.admission {
-            Admission::Within { .. } => Call::Children {
-                path: self.cfg.path.clone(),
-                watch: true,
-            },
+            Admission::Within { .. } => self.pos.list_call(true),
             Admission::First | Admission::NoneBefore { .. } => Call::GetData {
-                path: join_path(&self.cfg.path, blocker),
+                path: self.pos.child_path(blocker),
                 watch: true,
             },
         };
@@ -548,168 +493,49 @@ impl QueueMachine {
         r: crate::Result<(Bytes, Stat)>,
         out: &mut Vec<Output<QueueEvent>>,
     ) {
-        let stat = match r {
-            Ok((_, stat)) => stat,
-            Err(Error::NoNode { .. }) => {
+        match self.pos.prove(self.conn, &r) {
+            Proof::Owned => {}
+            Proof::Gone => {
                 self.revoke(Revoked::NotProven, out);
                 self.node_gone(out);
                 return;
             }
-            Err(_) => {
+            // CURATOR-696: the position proves nothing about the session.
+            Proof::Foreign => {
+                self.revoke(Revoked::NotProven, out);
+                self.pos.retire();
+                self.join(out);
+                return;
+            }
+            Proof::Retry => {
                 self.backoff(now_ms, Then::List, out);
                 return;
             }
-        };
-        let (Some(session), Some(part)) = (self.conn, self.part.as_ref()) else {
-            return;
-        };
-        // CURATOR-696: the position proves nothing about the session.
-        if stat.ephemeral_owner != session || part.session != session {
-            self.revoke(Revoked::NotProven, out);
-            self.retire();
-            self.join(out);
-            return;
         }
         if self.granted.is_some() {
             // Still proven (a watch event or self-check): keep the grant and its token.
             self.hold(out);
             return;
         }
-        match self.cfg.fence {
-            Fence::None => self.grant(None, out),
-            Fence::Bump(_) | Fence::Observe(_) => self.read_epoch(out),
-        }
+        let next = self.cfg.fence.start();
+        self.fence(now_ms, next, out);
     }
 
-    fn on_epoch(
-        &mut self,
-        now_ms: u64,
-        r: crate::Result<(Bytes, Stat)>,
-        out: &mut Vec<Output<QueueEvent>>,
-    ) {
-        let (data, stat) = match r {
-            Ok(v) => v,
-            Err(Error::NoNode { .. }) => match self.cfg.fence.clone() {
-                // No writer was ever fenced: epoch 0.
-                Fence::Observe(_) => {
-                    self.grant(
-                        Some(FencingToken {
-                            epoch: 0,
-                            zxid: Zxid::from_u64(0),
-                        }),
-                        out,
-                    );
-                    return;
-                }
-                Fence::Bump(path) => {
-                    let op = self.ids.call(
-                        Call::Create {
-                            path,
-                            data: Bytes::from_static(b"0"),
-                            mode: CreateMode::Persistent,
-                            ttl_ms: None,
-                            parents: Some(CreateMode::Persistent),
-                        },
-                        out,
-                    );
-                    self.step = Step::CreatingEpoch { op };
-                    return;
-                }
-                Fence::None => return,
-            },
-            Err(_) => {
-                self.backoff(now_ms, Then::List, out);
-                return;
+    /// Carry out the next fencing step.
+    fn fence(&mut self, now_ms: u64, next: FenceNext, out: &mut Vec<Output<QueueEvent>>) {
+        match next {
+            FenceNext::Call(call, step) => {
+                let op = self.ids.call(call, out);
+                self.step = Step::Fencing { op, step };
             }
-        };
-        let Some(current) = parse_epoch(&data) else {
-            // Not ours to repair: keep retrying (visible in the log), never overwrite.
-            tracing::warn!(fence = ?self.cfg.fence, "the epoch znode does not hold a number");
-            self.backoff(now_ms, Then::List, out);
-            return;
-        };
-        match self.cfg.fence.clone() {
-            Fence::Observe(_) => self.grant(
-                Some(FencingToken {
-                    epoch: current,
-                    zxid: stat.mzxid,
-                }),
-                out,
-            ),
-            Fence::Bump(epoch_path) => {
-                let Some(node) = self.node_path() else {
-                    self.node_gone(out);
-                    return;
-                };
-                let value = current.saturating_add(1);
-                let op = self.ids.call(
-                    Call::Multi {
-                        ops: vec![
-                            MultiOp::Check {
-                                path: node,
-                                version: -1,
-                            },
-                            MultiOp::SetData {
-                                path: epoch_path,
-                                data: Bytes::from(value.to_string()),
-                                version: stat.version,
-                            },
-                        ],
-                    },
-                    out,
-                );
-                self.step = Step::Bumping { op, value };
-            }
-            Fence::None => {}
-        }
-    }
-
-    fn on_bumped(
-        &mut self,
-        now_ms: u64,
-        value: u64,
-        r: crate::Result<Vec<MultiResult>>,
-        out: &mut Vec<Output<QueueEvent>>,
-    ) {
-        match r {
-            Ok(results) => match results.get(1) {
-                Some(MultiResult::SetData(stat)) => self.grant(
-                    Some(FencingToken {
-                        epoch: value,
-                        zxid: stat.mzxid,
-                    }),
-                    out,
-                ),
-                _ => self.backoff(now_ms, Then::List, out),
-            },
-            Err(Error::MultiFailed { index: 0, source })
-                if matches!(*source, Error::NoNode { .. }) =>
-            {
+            FenceNext::Grant(token) => self.grant(token, out),
+            FenceNext::NodeGone => {
                 self.revoke(Revoked::NotProven, out);
                 self.node_gone(out);
             }
-            Err(Error::MultiFailed { index: 1, source })
-                if matches!(*source, Error::NoNode { .. }) =>
-            {
-                let path = match &self.cfg.fence {
-                    Fence::Bump(p) => p.clone(),
-                    Fence::None | Fence::Observe(_) => return,
-                };
-                let op = self.ids.call(
-                    Call::Create {
-                        path,
-                        data: Bytes::from_static(b"0"),
-                        mode: CreateMode::Persistent,
-                        ttl_ms: None,
-                        parents: Some(CreateMode::Persistent),
-                    },
-                    out,
-                );
-                self.step = Step::CreatingEpoch { op };
-            }
             // Moved (another holder of the same epoch znode fenced in between), or
             // anything else: evaluate again after a pause.
-            Err(_) => self.backoff(now_ms, Then::List, out),
+            FenceNext::Retry => self.backoff(now_ms, Then::List, out),
         }
     }
 
@@ -721,18 +547,13 @@ impl QueueMachine {
             self.step = Step::Idle;
             return;
         };
-        self.attempt += 1;
-        self.part = Some(Part {
-            session,
-            prefix: format!("_c_{:016x}-{:x}-", self.cfg.nonce, self.attempt),
-            node: None,
-        });
+        self.pos.join(session);
         self.create(out);
     }
 
     /// Our node is gone while the session lives.
     fn node_gone(&mut self, out: &mut Vec<Output<QueueEvent>>) {
-        self.part = None;
+        self.pos.forget();
         if self.was_granted {
             self.end(out);
             return;
@@ -741,39 +562,23 @@ impl QueueMachine {
     }
 
     fn create(&mut self, out: &mut Vec<Output<QueueEvent>>) {
-        let Some(part) = self.part.as_ref() else {
+        let Some(call) = self.pos.create_call() else {
             self.join(out);
             return;
         };
-        let path = join_path(&self.cfg.path, &format!("{}{}", part.prefix, self.cfg.name));
-        let op = self.ids.call(
-            Call::Create {
-                path,
-                data: self.cfg.data.clone(),
-                mode: CreateMode::EphemeralSequential,
-                ttl_ms: None,
-                parents: Some(CreateMode::Container),
-            },
-            out,
-        );
+        let op = self.ids.call(call, out);
         self.step = Step::Creating { op };
     }
 
     fn list(&mut self, out: &mut Vec<Output<QueueEvent>>) {
-        if self.part.is_none() {
+        if self.pos.current().is_none() {
             self.join(out);
             return;
         }
         // A lease may be admitted by any departure before it: its listing also arms the
         // children watch it waits on (dropped again if it is admitted).
         let watch = matches!(self.cfg.admission, Admission::Within { .. });
-        let op = self.ids.call(
-            Call::Children {
-                path: self.cfg.path.clone(),
-                watch,
-            },
-            out,
-        );
+        let op = self.ids.call(self.pos.list_call(watch), out);
         self.step = if watch {
             Step::Waiting {
                 watch: op,
@@ -782,15 +587,6 @@ impl QueueMachine {
         } else {
             Step::Listing { op }
         };
-    }
-
-    fn read_epoch(&mut self, out: &mut Vec<Output<QueueEvent>>) {
-        let path = match &self.cfg.fence {
-            Fence::Bump(p) | Fence::Observe(p) => p.clone(),
-            Fence::None => return,
-        };
-        let op = self.ids.call(Call::GetData { path, watch: false }, out);
-        self.step = Step::ReadingEpoch { op };
     }
 
     /// The watch of `Waiting`/`Holding` is armed: start the self-check timer.
@@ -840,48 +636,11 @@ impl QueueMachine {
         self.step = Step::Backoff { timer, then };
     }
 
-    /// Retire the position of a dead session: its node is deleted once connected.
-    fn retire(&mut self) {
-        let Some(part) = self.part.take() else {
-            return;
-        };
-        match part.node {
-            Some(node) => self.stale_nodes.push(join_path(&self.cfg.path, &node)),
-            None => {
-                if self.stale_prefixes.len() == STALE_PREFIXES_MAX {
-                    self.stale_prefixes.remove(0);
-                }
-                self.stale_prefixes.push(part.prefix);
-            }
-        }
-    }
-
     fn flush_stale(&mut self, out: &mut Vec<Output<QueueEvent>>) {
         if self.conn.is_none() {
             return;
         }
-        for path in std::mem::take(&mut self.stale_nodes) {
-            self.ids.call(Call::Delete { path, version: -1 }, out);
-        }
-    }
-
-    fn cleanup_stale_prefixes(&mut self, children: &[String], out: &mut Vec<Output<QueueEvent>>) {
-        if self.stale_prefixes.is_empty() {
-            return;
-        }
-        let stale: Vec<String> = children
-            .iter()
-            .filter(|c| {
-                self.stale_prefixes
-                    .iter()
-                    .any(|p| c.starts_with(p.as_str()))
-            })
-            .cloned()
-            .collect();
-        for child in stale {
-            self.stale_prefixes
-                .retain(|p| !child.starts_with(p.as_str()));
-            let path = join_path(&self.cfg.path, &child);
+        for path in self.pos.take_stale_nodes() {
             self.ids.call(Call::Delete { path, version: -1 }, out);
         }
     }
@@ -898,9 +657,7 @@ impl QueueMachine {
             Step::Creating { op }
             | Step::Listing { op }
             | Step::Verifying { op }
-            | Step::ReadingEpoch { op }
-            | Step::CreatingEpoch { op }
-            | Step::Bumping { op, .. } => op == id,
+            | Step::Fencing { op, .. } => op == id,
             Step::Waiting { watch, .. } | Step::Holding { watch, .. } => watch == id,
             Step::Idle | Step::Backoff { .. } | Step::Closing | Step::Ended => false,
         }
@@ -912,22 +669,22 @@ impl QueueMachine {
     fn release(&mut self, why: Revoked, out: &mut Vec<Output<QueueEvent>>) {
         self.revoke(why, out);
         let mut c = Cleanup::default();
-        if let Some(part) = self.part.take() {
+        if let Some(attempt) = self.pos.take() {
             // Only while that session can still be ours; on another one the node died.
-            if self.conn.is_none() || self.conn == Some(part.session) {
-                c.session = Some(part.session);
-                match part.node {
-                    Some(node) => c.delete.push(join_path(&self.cfg.path, &node)),
+            if self.conn.is_none() || self.conn == Some(attempt.session) {
+                c.session = Some(attempt.session);
+                match attempt.node {
+                    Some(node) => c.delete.push(self.pos.child_path(&node)),
                     // A create may have landed with its answer lost: find it by prefix.
                     None => c.find = true,
                 }
-                c.prefix = Some(part.prefix);
+                c.prefix = Some(attempt.prefix);
                 if let Step::Creating { op } = self.step {
                     c.create = Some(op);
                 }
             }
         }
-        c.delete.append(&mut self.stale_nodes);
+        c.delete.append(&mut self.pos.take_stale_nodes());
         self.cleanup = Some(c);
         self.step = Step::Closing;
         self.progress_cleanup(out);

@@ -50,10 +50,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{watch, Mutex as AsyncMutex};
 
-use super::candidacy::{Grant, Revoked};
 use super::engine::Running;
 use super::latch::rand_nonce;
 use super::ops::RecipeOps;
+use super::position::{Grant, Revoked};
 use super::queue::{Admission, Fence, QueueCommand, QueueConfig, QueueEvent, QueueMachine};
 use crate::error::{Error, Result};
 use crate::types::FencingToken;

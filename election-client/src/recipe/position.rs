@@ -1,0 +1,397 @@
+//! A protected position in a queue of ephemeral-sequential nodes, and the grant it can
+//! earn: the part the candidacy machine (latch, selector, mutex) and the queue machine
+//! (read-write lock, semaphore) share.
+//!
+//! A position is one child of a parent znode, created `EPHEMERAL_SEQUENTIAL` under a
+//! protected name `_c_<nonce>-<attempt>-<name>` (the server appends the sequence
+//! number). The prefix is unique to one attempt, which is what makes two things safe:
+//! - a create whose reply was lost (connection loss) is found again by the next
+//!   listing and adopted, instead of created twice;
+//! - a create answered after its attempt was given up is recognised as ours and
+//!   deleted, rather than left queued with nobody behind it (CURATOR-18).
+//!
+//! Missing parents are created as containers, so an abandoned election leaves nothing
+//! behind.
+//!
+//! # Sessions
+//! Authority dies with its session (ARCHITECTURE.md I5). Each attempt belongs to the
+//! session it was made on. When that session is lost, the attempt is *retired*: it is
+//! never adopted again, and its node (or, when its name was never learned, any node
+//! carrying its prefix) is deleted once connected again, best effort: the server
+//! deletes it anyway when it expires the session. The next attempt gets a new prefix,
+//! so nothing from the dead session can be mistaken for the new one.
+//!
+//! [`Position`] only keeps this bookkeeping and builds the calls; the machine that
+//! holds it decides when to make them.
+
+use bytes::Bytes;
+use rzk_wire::CreateMode;
+
+use super::engine::Call;
+use super::ids::{join_path, name_of};
+use crate::error::Result;
+use crate::types::{FencingToken, SessionId, Stat};
+
+/// What the holder of a position gets when it is granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The full path of the node that won.
+    pub node: String,
+    /// The session that owns the node.
+    pub session: SessionId,
+    /// The fencing token, when the grant is fenced.
+    pub token: Option<FencingToken>,
+}
+
+/// Why a grant was revoked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revoked {
+    /// The connection is suspended or read-only; the grant may come back on reconnect.
+    Suspended,
+    /// The session is lost; the participation is over.
+    Lost,
+    /// A re-evaluation no longer proves the grant (node gone, not first, not ours).
+    NotProven,
+    /// The holder released it.
+    Released,
+    /// The recipe was closed.
+    Closed,
+}
+
+/// Retired prefixes kept for cleanup after a session loss; older ones are forgotten
+/// (their nodes die with their session anyway).
+pub(crate) const STALE_PREFIXES_MAX: usize = 16;
+
+/// One attempt: one node, one session.
+#[derive(Debug, Clone)]
+pub(crate) struct Attempt {
+    /// The session the node was (or is being) created on.
+    pub(crate) session: SessionId,
+    /// `_c_<nonce>-<attempt>-`: finds the node after a lost create reply.
+    pub(crate) prefix: String,
+    /// The child name, once known.
+    pub(crate) node: Option<String>,
+}
+
+/// What a read of our own node proves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Proof {
+    /// The node exists and is owned by the session we are connected with.
+    Owned,
+    /// The node is gone.
+    Gone,
+    /// The node belongs to another session (a dead one of ours): sorting first proved
+    /// nothing (CURATOR-696).
+    Foreign,
+    /// The read failed; try again later.
+    Retry,
+}
+
+/// A protected position; see the module docs.
+#[derive(Debug)]
+pub(crate) struct Position {
+    /// The parent znode the nodes queue under.
+    parent: String,
+    /// The node name before the sequence number (`latch-`, `write-`).
+    name: String,
+    /// The node's data.
+    data: Bytes,
+    /// Makes prefixes unique to this position's owner.
+    nonce: u64,
+    /// Attempts so far; part of each prefix.
+    attempt: u64,
+    current: Option<Attempt>,
+    /// Nodes of retired attempts, deleted once connected.
+    stale_nodes: Vec<String>,
+    /// Prefixes of retired attempts whose node name was never learned.
+    stale_prefixes: Vec<String>,
+}
+
+impl Position {
+    /// A position for nodes `name` under `parent`, holding `data`; no attempt yet.
+    pub(crate) fn new(parent: &str, name: &str, data: Bytes, nonce: u64) -> Position {
+        Position {
+            parent: parent.to_owned(),
+            name: name.to_owned(),
+            data,
+            nonce,
+            attempt: 0,
+            current: None,
+            stale_nodes: Vec::new(),
+            stale_prefixes: Vec::new(),
+        }
+    }
+
+    /// Begin a new attempt on `session`: a new prefix, no node yet. Nothing of an
+    /// earlier attempt carries over.
+    pub(crate) fn join(&mut self, session: SessionId) {
+        self.attempt += 1;
+        self.current = Some(Attempt {
+            session,
+            prefix: format!("_c_{:016x}-{:x}-", self.nonce, self.attempt),
+            node: None,
+        });
+    }
+
+    /// The current attempt, if any.
+    pub(crate) fn current(&self) -> Option<&Attempt> {
+        self.current.as_ref()
+    }
+
+    /// The full path of the current node, once known.
+    pub(crate) fn node_path(&self) -> Option<String> {
+        let node = self.current.as_ref()?.node.as_ref()?;
+        Some(join_path(&self.parent, node))
+    }
+
+    /// The full path of child `child` of the parent.
+    pub(crate) fn child_path(&self, child: &str) -> String {
+        join_path(&self.parent, child)
+    }
+
+    /// The create of the current attempt: protected, ephemeral-sequential, parents as
+    /// containers. `None` without an attempt.
+    pub(crate) fn create_call(&self) -> Option<Call> {
+        let attempt = self.current.as_ref()?;
+        Some(Call::Create {
+            path: join_path(&self.parent, &format!("{}{}", attempt.prefix, self.name)),
+            data: self.data.clone(),
+            mode: CreateMode::EphemeralSequential,
+            ttl_ms: None,
+            parents: Some(CreateMode::Container),
+        })
+    }
+
+    /// The listing of the parent, with a child watch if `watch`.
+    pub(crate) fn list_call(&self, watch: bool) -> Call {
+        Call::Children {
+            path: self.parent.clone(),
+            watch,
+        }
+    }
+
+    /// The create of the current attempt made `path`.
+    pub(crate) fn created(&mut self, path: &str) {
+        if let Some(attempt) = self.current.as_mut() {
+            attempt.node = Some(name_of(path).to_owned());
+        }
+    }
+
+    /// Our node in a listing: the one already known, or the one our create made
+    /// although its reply was lost (found by prefix, and adopted). `None` when the
+    /// create never happened, or there is no attempt.
+    pub(crate) fn adopt(&mut self, children: &[String]) -> Option<String> {
+        let attempt = self.current.as_mut()?;
+        if attempt.node.is_none() {
+            attempt.node = children
+                .iter()
+                .find(|c| c.starts_with(&attempt.prefix))
+                .cloned();
+        }
+        attempt.node.clone()
+    }
+
+    /// A create answered after its attempt was given up made `path`: true if it
+    /// belongs to the current attempt on the session we are connected with (the next
+    /// listing adopts it), false if nobody owns it (delete it).
+    pub(crate) fn owns_late_create(&self, path: &str, conn: Option<SessionId>) -> bool {
+        self.current
+            .as_ref()
+            .is_some_and(|a| Some(a.session) == conn && name_of(path).starts_with(&a.prefix))
+    }
+
+    /// What the read `r` of our node, made while connected on `conn`, proves.
+    pub(crate) fn prove(&self, conn: Option<SessionId>, r: &Result<(Bytes, Stat)>) -> Proof {
+        let stat = match r {
+            Ok((_, stat)) => stat,
+            Err(crate::Error::NoNode { .. }) => return Proof::Gone,
+            Err(_) => return Proof::Retry,
+        };
+        let (Some(session), Some(attempt)) = (conn, self.current.as_ref()) else {
+            return Proof::Retry;
+        };
+        if stat.ephemeral_owner != session || attempt.session != session {
+            return Proof::Foreign;
+        }
+        Proof::Owned
+    }
+
+    /// The session of the current attempt is gone (I5): retire the attempt. Its node is
+    /// deleted once connected; if its name was never learned, the next listing deletes
+    /// any child with its prefix.
+    pub(crate) fn retire(&mut self) {
+        let Some(attempt) = self.current.take() else {
+            return;
+        };
+        match attempt.node {
+            Some(node) => self.stale_nodes.push(join_path(&self.parent, &node)),
+            None => {
+                if self.stale_prefixes.len() == STALE_PREFIXES_MAX {
+                    self.stale_prefixes.remove(0);
+                }
+                self.stale_prefixes.push(attempt.prefix);
+            }
+        }
+    }
+
+    /// Give the current attempt up and hand it to the caller (who deletes its node).
+    pub(crate) fn take(&mut self) -> Option<Attempt> {
+        self.current.take()
+    }
+
+    /// Forget the current attempt: its node is gone, nothing to clean up.
+    pub(crate) fn forget(&mut self) {
+        self.current = None;
+    }
+
+    /// The nodes of retired attempts, to delete now.
+    pub(crate) fn take_stale_nodes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.stale_nodes)
+    }
+
+    /// The children of a listing made by retired attempts whose node name was never
+    /// learned, as full paths to delete; each prefix is forgotten once found.
+    pub(crate) fn stale_children(&mut self, children: &[String]) -> Vec<String> {
+        if self.stale_prefixes.is_empty() {
+            return Vec::new();
+        }
+        let stale: Vec<String> = children
+            .iter()
+            .filter(|c| {
+                self.stale_prefixes
+                    .iter()
+                    .any(|p| c.starts_with(p.as_str()))
+            })
+            .cloned()
+            .collect();
+        stale
+            .into_iter()
+            .map(|child| {
+                self.stale_prefixes
+                    .retain(|p| !child.starts_with(p.as_str()));
+                join_path(&self.parent, &child)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    const S1: SessionId = SessionId(1);
+    const S2: SessionId = SessionId(2);
+
+    fn position() -> Position {
+        Position::new("/e", "latch-", Bytes::from_static(b"me"), 0xab)
+    }
+
+    fn create_path(p: &Position) -> String {
+        match p.create_call() {
+            Some(Call::Create { path, .. }) => path,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_attempt_gets_its_own_prefix_and_a_protected_container_create() {
+        let mut p = position();
+        assert_eq!(p.create_call(), None);
+        p.join(S1);
+        assert_eq!(
+            p.create_call(),
+            Some(Call::Create {
+                path: "/e/_c_00000000000000ab-1-latch-".into(),
+                data: Bytes::from_static(b"me"),
+                mode: CreateMode::EphemeralSequential,
+                ttl_ms: None,
+                parents: Some(CreateMode::Container),
+            })
+        );
+        p.join(S1);
+        assert_eq!(create_path(&p), "/e/_c_00000000000000ab-2-latch-");
+    }
+
+    #[test]
+    fn a_lost_create_reply_is_adopted_by_prefix_and_only_ours() {
+        let mut p = position();
+        p.join(S1);
+        let children = vec![
+            "_c_other-1-latch-0000000000".to_owned(),
+            "_c_00000000000000ab-1-latch-0000000001".to_owned(),
+        ];
+        assert_eq!(p.adopt(&children[..1]), None);
+        assert_eq!(
+            p.adopt(&children),
+            Some("_c_00000000000000ab-1-latch-0000000001".to_owned())
+        );
+        assert_eq!(
+            p.node_path().as_deref(),
+            Some("/e/_c_00000000000000ab-1-latch-0000000001")
+        );
+    }
+
+    #[test]
+    fn a_late_create_is_ours_only_for_the_current_attempt_and_session() {
+        let mut p = position();
+        p.join(S1);
+        let ours = format!("{}0000000003", create_path(&p));
+        assert!(p.owns_late_create(&ours, Some(S1)));
+        assert!(!p.owns_late_create(&ours, Some(S2)));
+        assert!(!p.owns_late_create(&ours, None));
+        p.join(S1);
+        assert!(!p.owns_late_create(&ours, Some(S1)), "an earlier attempt");
+    }
+
+    #[test]
+    fn ownership_needs_the_current_session_on_the_node_and_the_attempt() {
+        let mut p = position();
+        p.join(S1);
+        let owned = |s| {
+            Ok((
+                Bytes::new(),
+                Stat {
+                    ephemeral_owner: s,
+                    ..Stat::default()
+                },
+            ))
+        };
+        assert_eq!(p.prove(Some(S1), &owned(S1)), Proof::Owned);
+        assert_eq!(p.prove(Some(S1), &owned(S2)), Proof::Foreign);
+        assert_eq!(
+            p.prove(Some(S2), &owned(S2)),
+            Proof::Foreign,
+            "attempt of S1"
+        );
+        let gone = Err(Error::NoNode {
+            path: "/e/x".into(),
+        });
+        assert_eq!(p.prove(Some(S1), &gone), Proof::Gone);
+        assert_eq!(p.prove(Some(S1), &Err(Error::ConnectionLoss)), Proof::Retry);
+    }
+
+    #[test]
+    fn retired_attempts_are_cleaned_up_by_node_or_by_prefix_within_a_limit() {
+        let mut p = position();
+        p.join(S1);
+        p.created("/e/_c_00000000000000ab-1-latch-0000000000");
+        p.retire();
+        assert_eq!(p.current().map(|a| a.session), None);
+        assert_eq!(
+            p.take_stale_nodes(),
+            vec!["/e/_c_00000000000000ab-1-latch-0000000000".to_owned()]
+        );
+        assert!(p.take_stale_nodes().is_empty());
+        let mut names = Vec::new();
+        for i in 0..(STALE_PREFIXES_MAX + 2) {
+            p.join(S2);
+            names.push(format!("{}{i:010}", name_of(&create_path(&p))));
+            p.retire();
+        }
+        let deleted = p.stale_children(&names);
+        let expected: Vec<String> = names[2..].iter().map(|n| p.child_path(n)).collect();
+        assert_eq!(deleted, expected);
+        assert!(p.stale_children(&names).is_empty(), "each prefix once");
+    }
+}
