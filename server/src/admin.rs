@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::core::CoreMsg;
 use crate::fourlw;
 use crate::metrics::snapshot;
-use crate::stats::ServerStats;
+use crate::stats::{ServerMode, ServerStats};
 
 /// (name, four-letter alias, needs details).
 const COMMANDS: &[(&str, Option<&str>, bool)] = &[
@@ -82,7 +82,7 @@ fn server_stats(st: &ServerStats, out: &mut Map<String, Value>) {
             "client_response_stats": client_response(st),
             "data_dir_size": d.data_dir_bytes,
             "log_dir_size": d.data_log_dir_bytes,
-            "server_state": st.state(),
+            "server_state": st.mode().as_str(),
             "last_processed_zxid": st.quorum.last_zxid.as_i64(),
             "outstanding_requests": st.outstanding_requests,
             "avg_latency": round4(st.avg_latency_ms),
@@ -214,12 +214,12 @@ fn body(name: &str, st: &ServerStats) -> Result<Map<String, Value>, String> {
             out.insert("read_only".into(), json!(false));
         }
         "leader" => {
-            if st.state() == "standalone" {
+            if st.mode() == ServerMode::Standalone {
                 // ZooKeeper answers this on a standalone server.
                 return Err("server is not initialized".into());
             }
             let leader = st.quorum.leader;
-            out.insert("is_leader".into(), json!(st.state() == "leader"));
+            out.insert("is_leader".into(), json!(st.mode() == ServerMode::Leader));
             out.insert("leader_id".into(), json!(leader.map_or(-1, |l| l as i64)));
             let ip = leader
                 .and_then(|l| cfg.servers.get(&l))
@@ -262,7 +262,7 @@ fn body(name: &str, st: &ServerStats) -> Result<Map<String, Value>, String> {
             // entry carries ZooKeeper's keys that rzk knows (`sid`,
             // `last_zxid` on the leader, `queued_packets` on a relay).
             let q = &st.quorum;
-            let list: Vec<Value> = if st.state() == "leader" {
+            let list: Vec<Value> = if st.mode() == ServerMode::Leader {
                 q.leader_observers
                     .iter()
                     .map(|(id, zxid)| json!({"sid": id, "last_zxid": zxid.as_u64()}))
@@ -322,11 +322,11 @@ fn body(name: &str, st: &ServerStats) -> Result<Map<String, Value>, String> {
             out.insert("path_to_session_ids".into(), Value::Object(m));
         }
         "zabstate" => {
-            let (voting, state) = match st.state() {
-                "standalone" => (false, ""),
-                "observer" => (false, "broadcast"),
-                "looking" => (true, "election"),
-                _ => (true, "broadcast"),
+            let (voting, state) = match st.mode() {
+                ServerMode::Standalone => (false, ""),
+                ServerMode::Observer => (false, "broadcast"),
+                ServerMode::Looking => (true, "election"),
+                ServerMode::Leader | ServerMode::Follower => (true, "broadcast"),
             };
             out.insert("voting".into(), json!(voting));
             out.insert("zabstate".into(), json!(state));

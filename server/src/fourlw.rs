@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use rzk_wire::FourLetterWord;
 
 use crate::core::{format_sid, Core};
-use crate::stats::ServerStats;
+use crate::stats::{ServerMode, ServerStats};
 
 /// The text ZooKeeper prints when a word is not whitelisted.
 pub(crate) fn not_whitelisted(word: FourLetterWord) -> String {
@@ -54,7 +54,7 @@ fn summary_tail(st: &ServerStats, out: &mut String) {
     let _ = writeln!(out, "Connections: {}", st.connections.len());
     let _ = writeln!(out, "Outstanding: {}", st.outstanding_requests);
     let _ = writeln!(out, "Zxid: 0x{:x}", st.quorum.last_zxid.as_u64());
-    let _ = writeln!(out, "Mode: {}", st.state());
+    let _ = writeln!(out, "Mode: {}", st.mode().as_str());
     let _ = writeln!(out, "Node count: {}", st.node_count);
 }
 
@@ -94,7 +94,7 @@ fn conn_lines(st: &ServerStats, out: &mut String, detailed: bool) {
 pub(crate) fn mntr_rows(st: &ServerStats) -> Vec<(&'static str, String)> {
     let mut rows: Vec<(&'static str, String)> = vec![
         ("version", st.version.clone()),
-        ("server_state", st.state().into()),
+        ("server_state", st.mode().as_str().into()),
         ("ephemerals_count", st.ephemerals_count.to_string()),
         ("num_alive_connections", st.connections.len().to_string()),
         ("avg_latency", java_double(st.avg_latency_ms)),
@@ -144,10 +144,10 @@ pub(crate) fn mntr_rows(st: &ServerStats) -> Vec<(&'static str, String)> {
         ("rzk_accepted_epoch", st.quorum.accepted_epoch.0.to_string()),
     ];
     replication_rows(st, &mut rows);
-    if st.state() != "standalone" {
+    if st.mode() != ServerMode::Standalone {
         rows.push(("quorum_size", st.quorum.quorum_size.to_string()));
     }
-    if st.state() == "leader" {
+    if st.mode() == ServerMode::Leader {
         let q = &st.quorum;
         rows.push(("learners", q.learners.to_string()));
         rows.push(("followers", q.followers.to_string()));
@@ -162,7 +162,7 @@ pub(crate) fn mntr_rows(st: &ServerStats) -> Vec<(&'static str, String)> {
     // ZooKeeper 3.8 prints these on a follower that runs an ObserverMaster
     // and on an observer; rzk's leader may serve observers on the port too,
     // and its own `synced_observers` row above counts its learner sessions.
-    if let (Some(relayed), "follower") = (&st.quorum.relayed_observers, st.state()) {
+    if let (Some(relayed), ServerMode::Follower) = (&st.quorum.relayed_observers, st.mode()) {
         rows.push(("synced_observers", relayed.len().to_string()));
     }
     if let Some(id) = st.quorum.observer_master_id {

@@ -54,7 +54,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::core::CoreMsg;
-use crate::stats::{LatencySnapshot, ServerStats};
+use crate::stats::{LatencySnapshot, ServerMode, ServerStats};
 
 fn family(name: &str, kind: MetricType, metric: Metric) -> MetricFamily {
     let mut f = MetricFamily::default();
@@ -198,10 +198,10 @@ pub(crate) fn families(st: &ServerStats) -> Vec<MetricFamily> {
         gauge("rzk_watching_connections", st.watching_connections as f64),
     ];
     out.extend(replication_families(st));
-    if st.state() != "standalone" {
+    if st.mode() != ServerMode::Standalone {
         out.push(gauge("quorum_size", st.quorum.quorum_size as f64));
     }
-    if st.state() == "leader" {
+    if st.mode() == ServerMode::Leader {
         let q = &st.quorum;
         out.push(gauge("learners", q.learners as f64));
         out.push(gauge("synced_followers", q.synced_followers as f64));

@@ -76,12 +76,64 @@ pub(crate) struct LatencySnapshot {
     pub p99_ms: u64,
 }
 
+/// What this server is now, as ZooKeeper's `server_state` (mntr), `Mode:`
+/// (srvr, stat) and the AdminServer report it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum ServerMode {
+    /// No `server.N` lines: a single server, not part of an ensemble.
+    Standalone,
+    /// The ensemble's leader.
+    Leader,
+    /// A voting member that follows the leader.
+    Follower,
+    /// A non-voting member that learns from the leader or a relay.
+    Observer,
+    /// A member looking for a leader (electing or syncing).
+    Looking,
+}
+
+impl ServerMode {
+    /// Every mode, in the order above.
+    #[cfg(test)]
+    pub const ALL: [ServerMode; 5] = [
+        ServerMode::Standalone,
+        ServerMode::Leader,
+        ServerMode::Follower,
+        ServerMode::Observer,
+        ServerMode::Looking,
+    ];
+
+    /// ZooKeeper's word for the mode.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ServerMode::Standalone => "standalone",
+            ServerMode::Leader => "leader",
+            ServerMode::Follower => "follower",
+            ServerMode::Observer => "observer",
+            ServerMode::Looking => "looking",
+        }
+    }
+
+    /// The mode of a server with this configuration in this replication
+    /// role: standalone without `server.N` lines, whatever the role says.
+    fn of(cfg: &ServerConfig, role: Role) -> ServerMode {
+        if cfg.servers.is_empty() {
+            return ServerMode::Standalone;
+        }
+        match role {
+            Role::Leader => ServerMode::Leader,
+            Role::Follower => ServerMode::Follower,
+            Role::Observer => ServerMode::Observer,
+            Role::Looking => ServerMode::Looking,
+        }
+    }
+}
+
 /// The replication side of the snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct QuorumView {
-    /// What ZooKeeper's `server_state` says: `standalone` (no `server.N`
-    /// lines), else `leader`, `follower`, `observer` or `looking`.
-    pub state: &'static str,
+    /// What this server is now (ZooKeeper's `server_state`).
+    pub mode: ServerMode,
     /// The leader this member knows of.
     pub leader: Option<u64>,
     /// Voting members configured (`server.N` lines that are participants; 1
@@ -206,8 +258,8 @@ pub(crate) struct ServerStats {
 
 impl ServerStats {
     /// `zk_server_state` / `Mode:`.
-    pub fn state(&self) -> &'static str {
-        self.quorum.state
+    pub fn mode(&self) -> ServerMode {
+        self.quorum.mode
     }
 }
 
@@ -244,18 +296,6 @@ fn max_fds() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(3).and_then(|v| v.parse().ok()))
         })
         .unwrap_or(0)
-}
-
-fn state_name(cfg: &ServerConfig, role: Role) -> &'static str {
-    if cfg.servers.is_empty() {
-        return "standalone";
-    }
-    match role {
-        Role::Leader => "leader",
-        Role::Follower => "follower",
-        Role::Observer => "observer",
-        Role::Looking => "looking",
-    }
 }
 
 impl Core {
@@ -369,7 +409,7 @@ impl Core {
             },
             config: cfg.clone(),
             quorum: QuorumView {
-                state: state_name(cfg, role),
+                mode: ServerMode::of(cfg, role),
                 leader: q.leader.map(|p| p.0),
                 quorum_size: voters.max(1),
                 serving,
@@ -479,11 +519,20 @@ mod tests {
     }
 
     #[test]
-    fn state_is_standalone_without_server_lines() {
+    fn mode_is_standalone_without_server_lines() {
         let cfg = ServerConfig::default();
-        assert_eq!(state_name(&cfg, Role::Leader), "standalone");
+        assert_eq!(ServerMode::of(&cfg, Role::Leader), ServerMode::Standalone);
         let cfg = ServerConfig::parse("server.1=a:1:2\nserver.2=b:1:2\n").unwrap();
-        assert_eq!(state_name(&cfg, Role::Follower), "follower");
-        assert_eq!(state_name(&cfg, Role::Looking), "looking");
+        assert_eq!(ServerMode::of(&cfg, Role::Follower), ServerMode::Follower);
+        assert_eq!(ServerMode::of(&cfg, Role::Looking), ServerMode::Looking);
+    }
+
+    #[test]
+    fn modes_print_zookeepers_words() {
+        let words: Vec<&str> = ServerMode::ALL.iter().map(|m| m.as_str()).collect();
+        assert_eq!(
+            words,
+            ["standalone", "leader", "follower", "observer", "looking"]
+        );
     }
 }
