@@ -263,7 +263,8 @@ async fn one_shot_persistent_and_recursive_watches_survive_a_reconnect() {
         .await
         .expect("p");
 
-    // ZooKeeper 3.8 keeps one watch mode per path and connection (doc §10.4), so the
+    // ZooKeeper 3.8 keeps one watch mode per path and connection
+    // (docs/client-protocol.md, "Persistent and recursive watches"), so the
     // recursive watch gets a path of its own.
     let (_, _, data_w) = c.get_data_watch(&p).await.expect("data watch");
     let (none, exist_w) = c

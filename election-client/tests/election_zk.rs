@@ -39,9 +39,10 @@ async fn next_grant(latch: &mut LeaderLatch, within: Duration) -> Grant {
 #[ignore = "needs Apache ZooKeeper"]
 async fn seed_leadership_regained_after_expiry_with_the_parent_deleted() {
     let _trap = rzk_testkit::PanicTrap::new();
-    // leader-latch-session-expiry.txt: the session expires, the now-empty container
-    // parent is deleted, connectivity returns. Curator 5.4 stays idle forever here
-    // (interop/curator/run.sh seed); we must lead again within 2 x the session timeout.
+    // The leader-latch failure (docs/recipes.md, "The session-expiry failure"): the
+    // session expires, the now-empty container parent is deleted, connectivity returns.
+    // Curator 5.4 stays idle forever here (interop/curator/run.sh seed); we must lead
+    // again within 2 x the session timeout.
     const T: u64 = 4000;
     let zk = Zk::start();
     let proxy = Proxy::start(&zk.addr).await;

@@ -7,7 +7,7 @@
 //! cargo bench -p rzk-server --bench tree -- snapshot   # one group
 //! ```
 //!
-//! Values are 128 bytes, as in the end-to-end figures (issue 5). Node paths are
+//! Values are 128 bytes, as in the end-to-end figures. Node paths are
 //! `/bench/n{i}` under one parent (the shape rzk-bench uses), so a create or a
 //! lookup hashes a name in a parent map holding every node.
 
