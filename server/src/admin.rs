@@ -7,60 +7,21 @@
 //! one, by its name or its four-letter alias (`/commands/mntr`). Every answer
 //! has `command` and `error` (null when it succeeded), like ZooKeeper's.
 //!
-//! Commands served: `configuration` (conf), `connection_stat_reset` (crst),
-//! `connections` (cons), `dirs`, `dump`, `environment` (envi),
-//! `get_trace_mask` (gtmk), `hash`, `initial_configuration` (icfg),
-//! `is_read_only` (isro), `last_snapshot` (lsnp), `leader` (lead), `monitor` (mntr),
-//! `observer_connection_stat_reset` (orst), `ruok`, `server_stats` (srvr),
-//! `stat_reset` (srst), `stats` (stat), `voting_view`, `watch_summary`
-//! (wchs), `watches` (wchc), `watches_by_path` (wchp), `zabstate`,
-//! `observers` (obsr).
+//! The commands served, with their short names and four-letter aliases, are
+//! the table in [`crate::commands`]; [`body`] answers each by its name.
 //! Left out: `system_properties` (Java system properties; rzk has none),
 //! `set_trace_mask` (rzk has no trace mask).
 
+use rzk_wire::FourLetterWord;
 use serde_json::{json, Map, Value};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::commands;
 use crate::core::CoreMsg;
 use crate::fourlw;
 use crate::metrics::snapshot;
 use crate::stats::{ServerMode, ServerStats};
-
-/// (name, four-letter alias, needs details).
-const COMMANDS: &[(&str, Option<&str>, bool)] = &[
-    ("configuration", Some("conf"), true),
-    ("connection_stat_reset", Some("crst"), false),
-    ("connections", Some("cons"), false),
-    ("dirs", None, true),
-    ("dump", None, true),
-    ("environment", Some("envi"), false),
-    ("get_trace_mask", Some("gtmk"), false),
-    ("hash", None, false),
-    ("initial_configuration", Some("icfg"), false),
-    ("is_read_only", Some("isro"), false),
-    ("last_snapshot", Some("lsnp"), false),
-    ("leader", Some("lead"), false),
-    ("monitor", Some("mntr"), false),
-    ("observer_connection_stat_reset", Some("orst"), false),
-    ("observers", Some("obsr"), false),
-    ("ruok", None, false),
-    ("server_stats", Some("srvr"), true),
-    ("stat_reset", Some("srst"), false),
-    ("stats", Some("stat"), true),
-    ("voting_view", None, false),
-    ("watch_summary", Some("wchs"), false),
-    ("watches", Some("wchc"), true),
-    ("watches_by_path", Some("wchp"), true),
-    ("zabstate", None, false),
-];
-
-fn lookup(name: &str) -> Option<(&'static str, bool)> {
-    COMMANDS
-        .iter()
-        .find(|(n, alias, _)| *n == name || *alias == Some(name))
-        .map(|(n, _, d)| (*n, *d))
-}
 
 fn client_response(st: &ServerStats) -> Value {
     json!({
@@ -353,7 +314,7 @@ pub(crate) fn answer(name: &str, st: &ServerStats) -> Value {
 }
 
 async fn run(core: &mpsc::Sender<CoreMsg>, requested: &str) -> (u16, Value) {
-    let Some((name, details)) = lookup(requested) else {
+    let Some((admin, command)) = commands::admin_command(requested) else {
         let mut m = Map::new();
         m.insert("command".into(), json!(requested));
         m.insert(
@@ -362,18 +323,18 @@ async fn run(core: &mpsc::Sender<CoreMsg>, requested: &str) -> (u16, Value) {
         );
         return (404, Value::Object(m));
     };
-    // The resets act on the core's counters; the rest read a snapshot.
-    let reset = match name {
-        "connection_stat_reset" => Some(rzk_wire::FourLetterWord::Crst),
-        "stat_reset" => Some(rzk_wire::FourLetterWord::Srst),
-        _ => None,
-    };
+    let name = admin.name;
+    // The resets act on the core's counters (as their four-letter words
+    // do); the rest read a snapshot.
+    let reset = command
+        .word
+        .filter(|w| matches!(w, FourLetterWord::Crst | FourLetterWord::Srst));
     if let Some(word) = reset {
         let (tx, rx) = oneshot::channel();
         let _ = core.send(CoreMsg::FourLetter { word, reply: tx }).await;
         let _ = rx.await;
     }
-    match snapshot(core, details).await {
+    match snapshot(core, command.admin_needs_details()).await {
         Some(st) => (200, answer(name, &st)),
         None => (
             503,
@@ -392,9 +353,9 @@ pub(crate) async fn serve(listener: TcpListener, core: mpsc::Sender<CoreMsg>, co
     let list = move || {
         let base = index_url.clone();
         async move {
-            let body: String = COMMANDS
-                .iter()
-                .map(|(n, _, _)| format!("<a href=\"{base}/{n}\">{n}</a>\n<br/>\n"))
+            let body: String = commands::admin_names()
+                .into_iter()
+                .map(|n| format!("<a href=\"{base}/{n}\">{n}</a>\n<br/>\n"))
                 .collect();
             ([(header::CONTENT_TYPE, "text/html")], body)
         }
@@ -419,5 +380,40 @@ pub(crate) async fn serve(listener: TcpListener, core: mpsc::Sender<CoreMsg>, co
     crate::metrics::log_serving(&listener, "serving the AdminServer");
     if let Err(e) = axum::serve(listener, app).await {
         tracing::warn!(error = %e, "the AdminServer stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_in_the_table_has_an_answer() {
+        for mode in ServerMode::ALL {
+            let st = ServerStats::example(mode);
+            for name in commands::admin_names() {
+                let v = answer(name, &st);
+                assert_eq!(v["command"], name, "{v}");
+                let error = v["error"].as_str().unwrap_or("");
+                assert!(!error.starts_with("Unknown command"), "{name}: {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_command_answers_to_its_name_short_name_and_word() {
+        for (requested, name) in [
+            ("monitor", "monitor"),
+            ("mntr", "monitor"),
+            ("lead", "leader"),
+            ("dirs", "dirs"),
+            ("srvr", "server_stats"),
+        ] {
+            let found = commands::admin_command(requested).map(|(a, _)| a.name);
+            assert_eq!(found, Some(name), "{requested}");
+        }
+        // No AdminServer command for these: set_trace_mask is left out.
+        assert_eq!(commands::admin_command("stmk"), None);
+        assert_eq!(commands::admin_command("telnet close"), None);
     }
 }

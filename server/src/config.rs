@@ -32,13 +32,9 @@ pub const SNAP_CHUNK_BYTES_MIN: usize = 4 << 10;
 /// a SNAP (8 MiB), so that one chunk never exceeds what may be outstanding.
 pub const SNAP_CHUNK_BYTES_MAX: usize = 8 << 20;
 
-/// Every four-letter word rzk knows. `*` in the whitelist enables all of them.
-pub const FOUR_LETTER_WORDS: &[&str] = &[
-    "conf", "cons", "crst", "dirs", "dump", "envi", "gtmk", "isro", "mntr", "ruok", "srst", "srvr",
-    "stat", "stmk", "wchc", "wchp", "wchs",
-];
-
 /// Which four-letter words the server answers (`4lw.commands.whitelist`).
+/// The words it may name, and ZooKeeper's default, are the server's table
+/// of commands' (`crate::commands`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FourLetterWhitelist {
     /// `*`: every command.
@@ -59,7 +55,11 @@ impl FourLetterWhitelist {
 
 impl Default for FourLetterWhitelist {
     fn default() -> Self {
-        FourLetterWhitelist::Only(BTreeSet::from(["srvr".to_owned()]))
+        FourLetterWhitelist::Only(
+            crate::commands::default_whitelist()
+                .map(str::to_owned)
+                .collect(),
+        )
     }
 }
 
@@ -1205,7 +1205,7 @@ fn whitelist(s: &Setting) -> Result<FourLetterWhitelist, ConfigError> {
     }
     let mut set = BTreeSet::new();
     for w in words {
-        if !FOUR_LETTER_WORDS.contains(&w) {
+        if !crate::commands::whitelistable(w) {
             return Err(invalid(
                 s,
                 &format!("{w:?} is not a four-letter word rzk knows"),

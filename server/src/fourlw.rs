@@ -29,18 +29,6 @@ pub(crate) fn java_double(x: f64) -> String {
     }
 }
 
-/// Whether the word's output needs [`ServerStats::details`].
-fn needs_details(word: FourLetterWord) -> bool {
-    matches!(
-        word,
-        FourLetterWord::Conf
-            | FourLetterWord::Wchc
-            | FourLetterWord::Wchp
-            | FourLetterWord::Dump
-            | FourLetterWord::Dirs
-    )
-}
-
 fn summary_tail(st: &ServerStats, out: &mut String) {
     let _ = writeln!(
         out,
@@ -459,7 +447,10 @@ impl Core {
                 self.stats = Default::default();
                 "Server stats reset.\n".into()
             }
-            _ => format(word, &self.stats_snapshot(needs_details(word))),
+            _ => {
+                let details = crate::commands::of_word(word).word_needs_details();
+                format(word, &self.stats_snapshot(details))
+            }
         }
     }
 }

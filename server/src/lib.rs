@@ -33,6 +33,7 @@
 pub mod acl;
 mod admin;
 pub mod apply;
+mod commands;
 mod commit;
 pub mod config;
 mod conn;

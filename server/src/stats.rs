@@ -499,6 +499,86 @@ fn serves_observers(cfg: &crate::config::ServerConfig, id: u64) -> bool {
         && (cfg.observer_master_port.is_some() || cfg.observer_master_ports.contains_key(&id))
 }
 
+/// A made-up snapshot for the formatting tests.
+#[cfg(test)]
+impl ServerStats {
+    /// A snapshot in `mode` in which every figure that can be absent is
+    /// present (a snapshot taken, an ObserverMaster relay, an observer
+    /// master), so that every row the mode can show is shown.
+    pub(crate) fn example(mode: ServerMode) -> ServerStats {
+        use rzk_zxid::{Counter, Epoch};
+        let summary = rzk_quorum::SummaryStats {
+            count: 2,
+            sum: 3,
+            min: 1,
+            max: 2,
+            p50: 1,
+        };
+        let replication = rzk_quorum::ReplicatorMetrics {
+            election_time_ms: summary,
+            fsync_time_ms: summary,
+            last_snapshot: Some(rzk_quorum::LastSnapshot {
+                zxid: Zxid::new(Epoch(1), Counter(5)),
+                unix_secs: 1,
+                size_bytes: 100,
+            }),
+            ..Default::default()
+        };
+        ServerStats {
+            version: version(),
+            server_id: 1,
+            config: ServerConfig::default(),
+            quorum: QuorumView {
+                mode,
+                leader: Some(1),
+                quorum_size: 3,
+                serving: true,
+                learners: 2,
+                followers: 1,
+                synced_followers: 1,
+                synced_non_voting_followers: 0,
+                synced_observers: 1,
+                pending_syncs: 0,
+                relayed_observers: Some(vec![(4, 0)]),
+                observer_master_id: Some(2),
+                leader_observers: vec![(3, Zxid::new(Epoch(1), Counter(7)))],
+                last_zxid: Zxid::new(Epoch(1), Counter(7)),
+                looking_count: 1,
+                last_durable: Zxid::new(Epoch(1), Counter(8)),
+                accepted_epoch: Epoch(1),
+                replication,
+                commit_lag: 0,
+                learner_syncs: [1, 0, 0],
+                window: Default::default(),
+            },
+            uptime_ms: 10,
+            node_count: 4,
+            approximate_data_size: 30,
+            ephemerals_count: 1,
+            watch_count: 2,
+            watched_paths: 1,
+            watching_connections: 1,
+            global_sessions: 1,
+            outstanding_requests: 0,
+            packets_received: 5,
+            packets_sent: 5,
+            min_latency_ms: 0,
+            avg_latency_ms: 0.5,
+            max_latency_ms: 1,
+            auth_failed: 0,
+            last_response_bytes: 16,
+            min_response_bytes: 16,
+            max_response_bytes: 64,
+            read_latency: LatencySnapshot::default(),
+            update_latency: LatencySnapshot::default(),
+            open_file_descriptors: 10,
+            max_file_descriptors: 1024,
+            connections: Vec::new(),
+            details: Some(Details::default()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -55,6 +55,29 @@ pub enum FourLetterWord {
 }
 
 impl FourLetterWord {
+    /// Every word, as ZooKeeper 3.8 lists them (`stmk` with a mask of 0).
+    pub const ALL: [FourLetterWord; 19] = [
+        FourLetterWord::Conf,
+        FourLetterWord::Cons,
+        FourLetterWord::Crst,
+        FourLetterWord::Dirs,
+        FourLetterWord::Dump,
+        FourLetterWord::Envi,
+        FourLetterWord::Gtmk,
+        FourLetterWord::Hash,
+        FourLetterWord::Isro,
+        FourLetterWord::Mntr,
+        FourLetterWord::Ruok,
+        FourLetterWord::Srst,
+        FourLetterWord::Srvr,
+        FourLetterWord::Stat,
+        FourLetterWord::Stmk { trace_mask: 0 },
+        FourLetterWord::Wchc,
+        FourLetterWord::Wchp,
+        FourLetterWord::Wchs,
+        FourLetterWord::TelnetClose,
+    ];
+
     /// The four bytes on the wire.
     pub const fn code(self) -> [u8; 4] {
         match self {
@@ -116,30 +139,11 @@ impl FourLetterWord {
     }
 
     /// The word these 4 bytes name, with `stmk`'s mask still to be read.
+    /// Only the words in [`FourLetterWord::ALL`] are decoded, so a list
+    /// kept from it (the server's table of commands) covers every word that
+    /// can arrive.
     fn from_code(code: [u8; 4]) -> Option<FourLetterWord> {
-        let word = match &code {
-            b"conf" => FourLetterWord::Conf,
-            b"cons" => FourLetterWord::Cons,
-            b"crst" => FourLetterWord::Crst,
-            b"dirs" => FourLetterWord::Dirs,
-            b"dump" => FourLetterWord::Dump,
-            b"envi" => FourLetterWord::Envi,
-            b"gtmk" => FourLetterWord::Gtmk,
-            b"hash" => FourLetterWord::Hash,
-            b"isro" => FourLetterWord::Isro,
-            b"mntr" => FourLetterWord::Mntr,
-            b"ruok" => FourLetterWord::Ruok,
-            b"srst" => FourLetterWord::Srst,
-            b"srvr" => FourLetterWord::Srvr,
-            b"stat" => FourLetterWord::Stat,
-            b"stmk" => FourLetterWord::Stmk { trace_mask: 0 },
-            b"wchc" => FourLetterWord::Wchc,
-            b"wchp" => FourLetterWord::Wchp,
-            b"wchs" => FourLetterWord::Wchs,
-            [0xff, 0xf4, 0xff, 0xfd] => FourLetterWord::TelnetClose,
-            _ => return None,
-        };
-        Some(word)
+        FourLetterWord::ALL.into_iter().find(|w| w.code() == code)
     }
 }
 
@@ -184,31 +188,17 @@ pub(crate) fn recognise(src: &[u8]) -> Recognised {
 mod tests {
     use super::*;
 
-    const ALL: [FourLetterWord; 19] = [
-        FourLetterWord::Conf,
-        FourLetterWord::Cons,
-        FourLetterWord::Crst,
-        FourLetterWord::Dirs,
-        FourLetterWord::Dump,
-        FourLetterWord::Envi,
-        FourLetterWord::Gtmk,
-        FourLetterWord::Hash,
-        FourLetterWord::Isro,
-        FourLetterWord::Mntr,
-        FourLetterWord::Ruok,
-        FourLetterWord::Srst,
-        FourLetterWord::Srvr,
-        FourLetterWord::Stat,
-        FourLetterWord::Stmk { trace_mask: 306 },
-        FourLetterWord::Wchc,
-        FourLetterWord::Wchp,
-        FourLetterWord::Wchs,
-        FourLetterWord::TelnetClose,
-    ];
-
     #[test]
     fn every_word_is_recognised_from_its_encoding() {
-        for word in ALL {
+        // `stmk` with a mask that is not 0, to see the mask read back.
+        let with_masks = FourLetterWord::ALL.map(|w| {
+            if let FourLetterWord::Stmk { .. } = w {
+                FourLetterWord::Stmk { trace_mask: 306 }
+            } else {
+                w
+            }
+        });
+        for word in with_masks {
             let mut dst = BytesMut::new();
             word.encode(&mut dst);
             assert_eq!(
@@ -222,6 +212,16 @@ mod tests {
     #[test]
     fn ruok_is_the_int_zookeeper_compares() {
         assert_eq!(i32::from_be_bytes(FourLetterWord::Ruok.code()), 0x72756f6b);
+    }
+
+    #[test]
+    fn words_have_distinct_codes_and_names() {
+        let codes: std::collections::HashSet<[u8; 4]> =
+            FourLetterWord::ALL.iter().map(|w| w.code()).collect();
+        let names: std::collections::HashSet<&str> =
+            FourLetterWord::ALL.iter().map(|w| w.name()).collect();
+        assert_eq!(codes.len(), FourLetterWord::ALL.len());
+        assert_eq!(names.len(), FourLetterWord::ALL.len());
     }
 
     #[test]
