@@ -4,9 +4,11 @@
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use rzk_election_client::client::watches::{EventKind, OneShotKind, PersistentMode, WatchRegistry};
+use rzk_election_client::client::OpResult as MultiResult;
 use rzk_election_client::recipe::candidacy::{
-    Candidacy, CandidacyConfig, Input, Op, OpResult, Output,
+    Candidacy, CandidacyConfig, Input, Output, RecipeEvent,
 };
+use rzk_election_client::recipe::engine::{Call, Machine, Reply};
 use rzk_election_client::{ConnectionState, SessionId, Stat};
 
 fn grant_cycle(c: &mut Criterion) {
@@ -20,34 +22,42 @@ fn grant_cycle(c: &mut Criterion) {
             let mut pending = m.step(0, Input::Conn(ConnectionState::Connected { session: s }));
             let mut granted = false;
             while let Some(o) = pending.pop() {
-                let Output::Op { id, op } = o else {
-                    if matches!(o, Output::Granted(_)) {
+                let Output::Call { id, call } = o else {
+                    if matches!(o, Output::Emit(RecipeEvent::Granted(_))) {
                         granted = true;
                     }
                     continue;
                 };
-                let result = match op {
-                    Op::CreateCandidate { name, .. } => {
-                        OpResult::Created(Ok(format!("/e/{name}0000000000")))
+                let reply = match call {
+                    Call::Create { path, .. } => {
+                        Reply::Created(Ok((format!("{path}0000000000"), Stat::default())))
                     }
-                    Op::ListChildren { .. } => OpResult::Children(Ok(vec![m
-                        .node_path()
-                        .unwrap_or_default()[3..]
-                        .to_owned()])),
-                    Op::Read { path } if path == "/e-epoch" => {
-                        OpResult::Read(Ok((Bytes::from_static(b"41"), Stat::default())))
+                    Call::Children { .. } => {
+                        Reply::Children(Ok(vec![m.node_path().unwrap_or_default()[3..].to_owned()]))
                     }
-                    Op::Read { .. } => OpResult::Read(Ok((
+                    Call::GetData { path, watch: false } if path == "/e-epoch" => {
+                        Reply::Data(Ok((Bytes::from_static(b"41"), Stat::default())))
+                    }
+                    Call::GetData { watch: false, .. } => Reply::Data(Ok((
                         Bytes::new(),
                         Stat {
                             ephemeral_owner: s,
                             ..Stat::default()
                         },
                     ))),
-                    Op::BumpEpoch { .. } => OpResult::Bumped(Ok(Stat::default())),
-                    Op::Watch { .. } | Op::CreateEpoch { .. } | Op::Delete { .. } => continue,
+                    Call::Multi { .. } => Reply::Multi(Ok(vec![
+                        MultiResult::Checked,
+                        MultiResult::SetData(Stat::default()),
+                    ])),
+                    // The own-node watch once granted; nothing else is asked for.
+                    Call::GetData { watch: true, .. }
+                    | Call::Exists { .. }
+                    | Call::SetData { .. }
+                    | Call::Delete { .. }
+                    | Call::AddWatch { .. }
+                    | Call::Sync { .. } => continue,
                 };
-                pending.extend(m.step(0, Input::Done { id, result }));
+                pending.extend(m.step(0, Input::Done { id, reply }));
             }
             assert!(granted);
         })

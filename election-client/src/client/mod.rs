@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::FutureExt;
 use rzk_wire::{
     Acl, AddWatchRequest, CheckVersionRequest, CheckWatchesRequest, ClientInfo, CreateMode,
     CreateRequest, CreateTtlRequest, DeleteRequest, ErrorCode, ExistsRequest, GetAclRequest,
@@ -23,9 +22,7 @@ use self::config::{validate_path, Chroot, ClientConfig};
 use self::conn::{add_watch_mode, Answer, Call, Conn, Control, Shared, WatchHandle, WatchSpec};
 use self::watches::{PersistentMode, WatchEvent, WatchLagged};
 use crate::error::{Error, Result};
-use crate::recipe::fence::BumpError;
-use crate::recipe::ids::join_path;
-use crate::recipe::ops::{RecipeOps, WatchFired};
+use crate::recipe::ops::RecipeOps;
 use crate::state::{ConnectionState, StateStream};
 use crate::types::{SessionId, Stat};
 
@@ -864,100 +861,6 @@ fn one_shot(watch: Option<WatchHandle>) -> Result<OneShotWatch> {
 }
 
 impl RecipeOps for Client {
-    async fn create_candidate(&self, parent: &str, name: &str, data: Bytes) -> Result<String> {
-        let path = join_path(parent, name);
-        // One attempt and one parent repair: a NONODE after that goes back to the
-        // recipe, which retries with backoff (never ignores it).
-        match self
-            .create(
-                &path,
-                data.clone(),
-                Acl::open_unsafe(),
-                CreateMode::EphemeralSequential,
-            )
-            .await
-        {
-            Err(Error::NoNode { .. }) => {
-                self.create_parents(&path, CreateMode::Container).await?;
-                self.create(
-                    &path,
-                    data,
-                    Acl::open_unsafe(),
-                    CreateMode::EphemeralSequential,
-                )
-                .await
-            }
-            other => other,
-        }
-    }
-
-    async fn children(&self, path: &str) -> Result<Vec<String>> {
-        self.get_children(path).await
-    }
-
-    async fn read(&self, path: &str) -> Result<(Bytes, Stat)> {
-        self.get_data(path).await
-    }
-
-    async fn watch(&self, path: &str) -> Result<(Stat, WatchFired)> {
-        let (_, stat, watch) = self.get_data_watch(path).await?;
-        Ok((stat, watch.changed().map(|_| ()).boxed()))
-    }
-
-    async fn create_epoch(&self, path: &str) -> Result<()> {
-        self.create_with_parents(
-            path,
-            Bytes::from_static(b"0"),
-            CreateMode::Persistent,
-            CreateMode::Persistent,
-        )
-        .await
-        .map(|_| ())
-    }
-
-    async fn bump_epoch(
-        &self,
-        candidate: &str,
-        epoch_path: &str,
-        version: i32,
-        value: u64,
-    ) -> std::result::Result<Stat, BumpError> {
-        let ops = vec![
-            Op::Check {
-                path: candidate.to_owned(),
-                version: -1,
-            },
-            Op::SetData {
-                path: epoch_path.to_owned(),
-                data: Bytes::from(value.to_string()),
-                version,
-            },
-        ];
-        match self.multi(ops).await {
-            Ok(results) => match results.get(1) {
-                Some(OpResult::SetData(stat)) => Ok(*stat),
-                _ => Err(BumpError::Other(Error::Transport(
-                    "multi without a setData result".into(),
-                ))),
-            },
-            Err(Error::MultiFailed { index: 0, source })
-                if matches!(*source, Error::NoNode { .. }) =>
-            {
-                Err(BumpError::CandidateGone)
-            }
-            Err(Error::MultiFailed { index: 1, source }) => match *source {
-                Error::BadVersion { .. } => Err(BumpError::EpochMoved),
-                Error::NoNode { .. } => Err(BumpError::EpochMissing),
-                other => Err(BumpError::Other(other)),
-            },
-            Err(e) => Err(BumpError::Other(e)),
-        }
-    }
-
-    async fn delete(&self, path: &str) -> Result<()> {
-        Client::delete(self, path, -1).await
-    }
-
     fn subscribe(&self) -> (Option<ConnectionState>, StateStream) {
         Client::subscribe(self)
     }

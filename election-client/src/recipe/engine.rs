@@ -1,9 +1,8 @@
-//! The plumbing of the recipes built after the candidacy ones ([`PersistentNode`],
-//! [`TreeCache`], [`SharedCounter`], the barriers): one set of ZooKeeper calls
-//! ([`Call`] / [`Reply`]), one sans-IO [`Machine`] trait, a seeded [`Backoff`], and one
-//! driver that runs a machine on one tokio task over a [`RecipeOps`].
+//! The plumbing every recipe runs on: one set of ZooKeeper calls ([`Call`] /
+//! [`Reply`]), one sans-IO [`Machine`] trait, a seeded [`Backoff`], and one driver that
+//! runs a machine on one tokio task over a [`RecipeOps`].
 //!
-//! The rules are the candidacy's (docs/curator-recipes.md §7): every input (connection
+//! The rules (docs/recipes.md, "The lifecycle", rules 1 and 2): every input (connection
 //! state, call result, watch event, timer, the holder's command) is fed to the machine
 //! from one task, one at a time; each call, watch and timer carries an [`OpId`], and a
 //! machine ignores ids it is no longer waiting for (stale results). Time is an argument
@@ -11,13 +10,10 @@
 //!
 //! # Ordering (what the tree cache relies on)
 //! ZooKeeper delivers a watch event before the reply of any read that sees the change
-//! (docs/zk-client-protocol.md §10). The driver keeps that order: in its select loop,
-//! watch streams and one-shot watches are polled before call results, so an event that
-//! the client queued before a reply reaches the machine first.
-//!
-//! [`PersistentNode`]: super::PersistentNode
-//! [`TreeCache`]: super::TreeCache
-//! [`SharedCounter`]: super::SharedCounter
+//! (docs/client-protocol.md, "Notifications before replies"). The driver keeps that
+//! order: in its select loop, watch streams and one-shot watches are polled before
+//! call results, so an event that the client queued before a reply reaches the machine
+//! first.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -249,13 +245,23 @@ pub enum Output<E> {
         /// The call that left it.
         id: OpId,
     },
+    /// Delete `path` off the machine, without an answer: a node nobody waits for (one of
+    /// a retired attempt). The driver retries it while the connection is down, a
+    /// missing node counting as done, and gives up after a bounded number of attempts
+    /// (the node is ephemeral: it dies with its session anyway). It may outlive the
+    /// machine, so a closing recipe does not wait for a connection to come back.
+    BackgroundDelete {
+        /// The node.
+        path: String,
+    },
     /// Report to the holder.
     Emit(E),
     /// The machine is done; nothing more will be emitted.
     Ended,
 }
 
-/// A recipe state machine: sans-IO, time as an argument (STYLE.md rule 1).
+/// A recipe state machine: sans-IO, time is an argument and every effect is an
+/// [`Output`] for the driver to carry out.
 pub trait Machine: Send + 'static {
     /// Commands from the holder.
     type Command: Send + std::fmt::Debug + 'static;
@@ -754,6 +760,9 @@ impl<O: RecipeOps, M: Machine> Driver<O, M> {
                         h.abort();
                     }
                 }
+                Output::BackgroundDelete { path } => {
+                    tokio::spawn(background_delete(self.ops.clone(), path));
+                }
                 Output::Emit(e) => {
                     (self.on_event)(&e);
                     let _ = self.events.send(e);
@@ -764,9 +773,43 @@ impl<O: RecipeOps, M: Machine> Driver<O, M> {
     }
 }
 
+/// How many times a [`Output::BackgroundDelete`] is tried before it is given up.
+const BACKGROUND_DELETE_ATTEMPTS_MAX: u32 = 20;
+
+/// The pause between two tries of a [`Output::BackgroundDelete`].
+const BACKGROUND_DELETE_RETRY: Duration = Duration::from_millis(250);
+
+/// Carry out a [`Output::BackgroundDelete`]; returns whether the node is gone.
+async fn background_delete<O: RecipeOps>(ops: Arc<O>, path: String) -> bool {
+    for _ in 0..BACKGROUND_DELETE_ATTEMPTS_MAX {
+        let call = Call::Delete {
+            path: path.clone(),
+            version: -1,
+        };
+        match ops.call(call).await.0 {
+            Reply::Deleted(Ok(()) | Err(Error::NoNode { .. })) => return true,
+            // The client is closed: its session, and the node with it, are gone.
+            Reply::Deleted(Err(Error::Closed)) => return false,
+            Reply::Deleted(Err(e)) => {
+                tracing::debug!(%path, error = %e, "background delete failed; retrying")
+            }
+            other => {
+                tracing::warn!(%path, reply = ?other, "background delete answered by a wrong reply");
+                return false;
+            }
+        }
+        tokio::time::sleep(BACKGROUND_DELETE_RETRY).await;
+    }
+    tracing::warn!(%path, "gave up deleting a node in the background");
+    false
+}
+
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
     use super::*;
+    use crate::recipe::fake::{FakeClient, FakeServer, Kind};
 
     #[test]
     fn backoff_grows_to_its_cap_and_resets() {
@@ -789,5 +832,47 @@ mod tests {
         for _ in 0..20 {
             assert_eq!(a.next_delay_ms(), b.next_delay_ms());
         }
+    }
+
+    /// A node `/bg/n` to delete, and a client whose next `failures` calls fail with a
+    /// connection loss (counted).
+    fn failing(failures: u32) -> (FakeServer, Arc<FakeClient>, String, Arc<AtomicU32>) {
+        let server = FakeServer::default();
+        let client = server.client();
+        let node = server.with(|t| {
+            t.put("/bg", b"").expect("parent");
+            t.put("/bg/n", b"").expect("node")
+        });
+        let tries = Arc::new(AtomicU32::new(0));
+        for _ in 0..failures {
+            let tries = tries.clone();
+            server.before(Kind::Call, move |_| {
+                tries.fetch_add(1, Ordering::SeqCst);
+                Some(Error::ConnectionLoss)
+            });
+        }
+        (server, client, node, tries)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn background_delete_retries_until_the_connection_is_back() {
+        let (server, client, node, tries) = failing(3);
+        assert!(background_delete(client, node.clone()).await);
+        assert_eq!(tries.load(Ordering::SeqCst), 3);
+        assert!(!server.with(|t| t.exists(&node)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn background_delete_gives_up_after_its_limit() {
+        let limit = BACKGROUND_DELETE_ATTEMPTS_MAX;
+        let (server, client, node, tries) = failing(limit + 1);
+        let started = Instant::now();
+        assert!(!background_delete(client, node.clone()).await);
+        assert_eq!(tries.load(Ordering::SeqCst), limit);
+        assert!(started.elapsed() >= BACKGROUND_DELETE_RETRY * (limit - 1));
+        assert!(
+            server.with(|t| t.exists(&node)),
+            "the node is left to its session"
+        );
     }
 }

@@ -11,9 +11,8 @@ use rzk_zxid::Zxid;
 use tokio::sync::oneshot;
 
 use super::engine::{Call, Reply, Watch};
-use super::fence::BumpError;
 use super::ids::join_path;
-use super::ops::{RecipeOps, WatchFired};
+use super::ops::RecipeOps;
 use crate::client::watches::{EventKind, WatchEvent};
 use crate::client::{Op as MultiOp, OpResult as MultiOpResult};
 use crate::error::{Error, Result};
@@ -34,11 +33,15 @@ struct Node {
 /// Which operation a hook applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
+    /// An ephemeral-sequential create (a candidate's or a queue node's).
     Create,
+    /// A listing.
     Children,
+    /// A getData without a watch.
     Read,
+    /// A multi (the fencing step).
     Bump,
-    /// Any [`RecipeOps::call`] (the engine recipes).
+    /// Any other call.
     Call,
 }
 
@@ -446,104 +449,6 @@ impl FakeClient {
 }
 
 impl RecipeOps for FakeClient {
-    async fn create_candidate(&self, parent: &str, name: &str, data: Bytes) -> Result<String> {
-        let s = self.current()?;
-        // Parents as containers, like creatingParentContainersIfNeeded.
-        self.server.with(|t| {
-            let mut p = String::new();
-            for part in parent.split('/').filter(|p| !p.is_empty()) {
-                p.push('/');
-                p.push_str(part);
-                if !t.exists(&p) {
-                    let _ = t.create(&p, Bytes::new(), SessionId::NONE, true, false);
-                }
-            }
-        });
-        self.run_hook(Kind::Create)?;
-        self.server
-            .with(|t| t.create(&join_path(parent, name), data, s, false, true))
-    }
-
-    async fn children(&self, path: &str) -> Result<Vec<String>> {
-        self.current()?;
-        self.run_hook(Kind::Children)?;
-        self.server
-            .with(|t| t.children_of(path))
-            .ok_or(Error::NoNode { path: path.into() })
-    }
-
-    async fn read(&self, path: &str) -> Result<(Bytes, Stat)> {
-        self.current()?;
-        self.run_hook(Kind::Read)?;
-        self.server.with(|t| {
-            t.nodes
-                .get(path)
-                .map(|n| (n.data.clone(), n.stat))
-                .ok_or(Error::NoNode { path: path.into() })
-        })
-    }
-
-    async fn watch(&self, path: &str) -> Result<(Stat, WatchFired)> {
-        self.current()?;
-        let (tx, rx) = oneshot::channel();
-        let stat = self.server.with(|t| {
-            let stat = t
-                .nodes
-                .get(path)
-                .map(|n| n.stat)
-                .ok_or(Error::NoNode { path: path.into() })?;
-            t.watches.entry(path.to_owned()).or_default().push(tx);
-            Ok::<_, Error>(stat)
-        })?;
-        Ok((stat, rx.map(|_| ()).boxed()))
-    }
-
-    async fn create_epoch(&self, path: &str) -> Result<()> {
-        let s = self.current()?;
-        let _ = s;
-        self.server
-            .with(|t| {
-                t.create(
-                    path,
-                    Bytes::from_static(b"0"),
-                    SessionId::NONE,
-                    false,
-                    false,
-                )
-            })
-            .map(|_| ())
-    }
-
-    async fn bump_epoch(
-        &self,
-        candidate: &str,
-        epoch_path: &str,
-        version: i32,
-        value: u64,
-    ) -> std::result::Result<Stat, BumpError> {
-        self.current().map_err(BumpError::Other)?;
-        self.run_hook(Kind::Bump).map_err(BumpError::Other)?;
-        self.server.with(|t| {
-            if !t.exists(candidate) {
-                return Err(BumpError::CandidateGone);
-            }
-            let zxid = t.next_zxid();
-            let n = t.nodes.get_mut(epoch_path).ok_or(BumpError::EpochMissing)?;
-            if n.stat.version != version {
-                return Err(BumpError::EpochMoved);
-            }
-            n.data = Bytes::from(value.to_string());
-            n.stat.version += 1;
-            n.stat.mzxid = zxid;
-            Ok(n.stat)
-        })
-    }
-
-    async fn delete(&self, path: &str) -> Result<()> {
-        self.current()?;
-        self.server.with(|t| t.delete(path))
-    }
-
     fn subscribe(&self) -> (Option<ConnectionState>, StateStream) {
         self.hub.subscribe()
     }
@@ -555,7 +460,30 @@ impl RecipeOps for FakeClient {
             Ok(s) => s,
             Err(e) => return fail(e, &call),
         };
-        if let Err(e) = self.run_hook(Kind::Call) {
+        let kind = hook_kind(&call);
+        // Missing parents are made before the hook runs, as the real client's repair
+        // would have made them: a hook that removes them again makes the create fail
+        // NONODE (the container collection racing the create).
+        let call = match call {
+            Call::Create {
+                path,
+                data,
+                mode,
+                ttl_ms,
+                parents: Some(parents),
+            } => {
+                self.server.with(|t| make_parents(t, &path, parents));
+                Call::Create {
+                    path,
+                    data,
+                    mode,
+                    ttl_ms,
+                    parents: None,
+                }
+            }
+            call => call,
+        };
+        if let Err(e) = self.run_hook(kind) {
             return fail(e, &call);
         }
         self.server.with(|t| fake_call(t, s, call))
@@ -564,6 +492,46 @@ impl RecipeOps for FakeClient {
 
 pub(crate) fn fail_reply_pub(call: &Call, e: Error) -> Reply {
     fail_reply(call, e)
+}
+
+/// The hooks a call runs: the candidate's create, listings, plain reads and multis
+/// (the fencing step) each have their own kind, every other call is [`Kind::Call`].
+fn hook_kind(call: &Call) -> Kind {
+    match call {
+        Call::Create {
+            mode: CreateMode::EphemeralSequential,
+            ..
+        } => Kind::Create,
+        Call::Children { .. } => Kind::Children,
+        Call::GetData { watch: false, .. } => Kind::Read,
+        Call::Multi { .. } => Kind::Bump,
+        Call::Create { .. }
+        | Call::GetData { watch: true, .. }
+        | Call::Exists { .. }
+        | Call::SetData { .. }
+        | Call::Delete { .. }
+        | Call::AddWatch { .. }
+        | Call::Sync { .. } => Kind::Call,
+    }
+}
+
+/// Create every missing ancestor of `path`, as containers or persistent nodes.
+fn make_parents(t: &mut Tree, path: &str, mode: CreateMode) {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let mut p = String::new();
+    for part in &parts[..parts.len().saturating_sub(1)] {
+        p.push('/');
+        p.push_str(part);
+        if !t.exists(&p) {
+            let _ = t.create(
+                &p,
+                Bytes::new(),
+                SessionId::NONE,
+                mode == CreateMode::Container,
+                false,
+            );
+        }
+    }
 }
 
 fn fail_reply(call: &Call, e: Error) -> Reply {
@@ -602,21 +570,7 @@ fn fake_create(
     let r = t.create(path, data.clone(), owner, container, seq);
     let r = match (r, parents) {
         (Err(Error::NoNode { .. }), Some(pm)) => {
-            let mut p = String::new();
-            let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-            for part in &parts[..parts.len().saturating_sub(1)] {
-                p.push('/');
-                p.push_str(part);
-                if !t.exists(&p) {
-                    let _ = t.create(
-                        &p,
-                        Bytes::new(),
-                        SessionId::NONE,
-                        pm == CreateMode::Container,
-                        false,
-                    );
-                }
-            }
+            make_parents(t, path, pm);
             t.create(path, data, owner, container, seq)
         }
         (r, _) => r,

@@ -75,7 +75,9 @@ impl<M: Machine> Harness<M> {
                     self.watches.retain(|(w, _)| *w != id);
                     self.streams.retain(|(w, _)| *w != id);
                 }
-                o @ (Output::Call { .. } | Output::Timer { .. }) => self.pending.push_back(o),
+                o @ (Output::Call { .. }
+                | Output::Timer { .. }
+                | Output::BackgroundDelete { .. }) => self.pending.push_back(o),
             }
         }
         if let Some(mut check) = self.check.take() {
@@ -225,6 +227,11 @@ impl<M: Machine> Harness<M> {
             Output::Timer { id, at_ms } => {
                 self.now = self.now.max(at_ms);
                 self.feed(Input::Timer { id });
+            }
+            // Tried once when taken: the driver's retries are tested with the driver.
+            Output::BackgroundDelete { path } => {
+                let call = Call::Delete { path, version: -1 };
+                let _ = self.answer(call);
             }
             Output::Emit(_) | Output::Ended | Output::Unwatch { .. } => {}
         }

@@ -4,8 +4,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::candidacy::{CandidacyConfig, Grant, Mode};
-use super::driver::{Driver, RecipeEvent};
+use super::candidacy::{CandidacyConfig, CandidacyHandle, Grant, Mode, RecipeEvent};
 use super::ops::RecipeOps;
 use crate::error::{Error, Result};
 
@@ -107,14 +106,14 @@ pub(crate) fn rand_nonce() -> u64 {
 /// ```
 #[derive(Debug)]
 pub struct LeaderLatch {
-    driver: Driver,
+    driver: CandidacyHandle,
 }
 
 impl LeaderLatch {
     /// Start contending (the candidate is created once the client is connected).
     pub fn start<O: RecipeOps>(ops: Arc<O>, cfg: LatchConfig) -> LeaderLatch {
         LeaderLatch {
-            driver: Driver::spawn(ops, cfg.candidacy("latch-", Mode::Latch)),
+            driver: CandidacyHandle::spawn(ops, cfg.candidacy("latch-", Mode::Latch)),
         }
     }
 
@@ -130,7 +129,7 @@ impl LeaderLatch {
 
     /// The next transition, in order; `None` once the latch is closed and drained.
     pub async fn next_event(&mut self) -> Option<RecipeEvent> {
-        self.driver.events.recv().await
+        self.driver.next_event().await
     }
 
     /// Wait until this participant leads; returns the grant.

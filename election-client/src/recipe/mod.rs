@@ -1,14 +1,18 @@
-//! Recipes, each a sans-IO state machine run by one task over [`RecipeOps`]:
+//! Recipes, each a sans-IO state machine ([`engine::Machine`]) that the [`engine`]'s
+//! driver runs on one task over [`RecipeOps`]:
 //! - [`LeaderLatch`], [`LeaderSelector`], [`Mutex`]: the [`candidacy`] machine, fenced;
 //! - [`ReadWriteLock`], [`Semaphore`]: the [`queue`] machine;
 //! - [`TreeCache`] ([`NodeCache`], [`ChildrenCache`]), [`PersistentNode`],
-//!   [`SharedCounter`], [`Barrier`], [`DoubleBarrier`]: machines of the generic
-//!   [`engine`].
+//!   [`SharedCounter`], [`Barrier`], [`DoubleBarrier`]: their own machines.
+//!
+//! The candidacy and queue machines hold a protected ephemeral-sequential position
+//! (`position.rs`: create, adoption of a create whose reply was lost, the proof of
+//! ownership, cleanup after a lost session) and fence their grants ([`fence`]) with the
+//! same code; [`ids`] holds what every machine shares.
 
 pub mod barrier;
 pub mod candidacy;
 pub mod counter;
-pub(crate) mod driver;
 pub mod engine;
 pub mod fence;
 pub mod ids;
@@ -28,8 +32,8 @@ mod rwlock;
 mod tree_cache;
 
 pub use barrier::{Barrier, DoubleBarrier, DoubleBarrierConfig};
+pub use candidacy::RecipeEvent;
 pub use counter::{CounterConfig, CounterEvent, CounterValue, SharedCounter};
-pub use driver::RecipeEvent;
 pub use latch::{LatchConfig, LeaderLatch};
 pub use mutex::{Mutex, MutexGuard};
 pub use ops::{RecipeOps, WatchFired};

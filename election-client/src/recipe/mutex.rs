@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::candidacy::{CandidacyConfig, Grant, Mode, Revoked};
-use super::driver::{Driver, RecipeEvent};
+use super::candidacy::{CandidacyConfig, CandidacyHandle, Grant, Mode, RecipeEvent, Revoked};
 use super::latch::rand_nonce;
 use super::ops::RecipeOps;
 use crate::error::{Error, Result};
@@ -51,9 +50,9 @@ impl<O: RecipeOps> Mutex<O> {
 
     /// Wait for the lock.
     pub async fn acquire(&self) -> Result<MutexGuard> {
-        let mut driver = Driver::spawn(self.ops.clone(), self.config());
+        let mut driver = CandidacyHandle::spawn(self.ops.clone(), self.config());
         loop {
-            match driver.events.recv().await {
+            match driver.next_event().await {
                 Some(RecipeEvent::Granted(grant)) => return Ok(MutexGuard { driver, grant }),
                 Some(RecipeEvent::Revoked(_)) => continue,
                 Some(RecipeEvent::Ended) | None => return Err(Error::Closed),
@@ -64,10 +63,10 @@ impl<O: RecipeOps> Mutex<O> {
     /// Wait for the lock at most `timeout`; `None` if it was not acquired (the queued
     /// node is deleted).
     pub async fn try_acquire(&self, timeout: Duration) -> Result<Option<MutexGuard>> {
-        let mut driver = Driver::spawn(self.ops.clone(), self.config());
+        let mut driver = CandidacyHandle::spawn(self.ops.clone(), self.config());
         let wait = async {
             loop {
-                match driver.events.recv().await {
+                match driver.next_event().await {
                     Some(RecipeEvent::Granted(grant)) => return Ok(grant),
                     Some(RecipeEvent::Revoked(_)) => continue,
                     Some(RecipeEvent::Ended) | None => return Err(Error::Closed),
@@ -97,7 +96,7 @@ impl<O: RecipeOps> Mutex<O> {
 /// [`MutexGuard::release`], which waits for the node to be deleted.
 #[derive(Debug)]
 pub struct MutexGuard {
-    driver: Driver,
+    driver: CandidacyHandle,
     grant: Grant,
 }
 
@@ -122,7 +121,7 @@ impl MutexGuard {
     /// come back.
     pub async fn lost(&mut self) -> Revoked {
         loop {
-            match self.driver.events.recv().await {
+            match self.driver.next_event().await {
                 Some(RecipeEvent::Revoked(why)) => return why,
                 Some(RecipeEvent::Granted(g)) => self.grant = g,
                 Some(RecipeEvent::Ended) | None => return Revoked::Lost,

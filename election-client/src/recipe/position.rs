@@ -28,7 +28,8 @@ use bytes::Bytes;
 use rzk_wire::CreateMode;
 
 use super::engine::Call;
-use super::ids::{join_path, name_of};
+use super::fence::FenceStep;
+use super::ids::{join_path, name_of, OpId};
 use crate::error::Result;
 use crate::types::{FencingToken, SessionId, Stat};
 
@@ -58,6 +59,113 @@ pub enum Revoked {
     Closed,
 }
 
+/// What to do when a backoff timer fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Then {
+    /// Create the node of the current attempt (again).
+    Create,
+    /// List the parent and evaluate the position.
+    List,
+}
+
+/// What a machine holding a [`Position`] waits for. Every variant but `Idle` and
+/// `Ended` has something pending, which is what makes "idle while started and
+/// connected" impossible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Not started, or waiting for a connection.
+    Idle,
+    /// Creating the node of the current attempt.
+    Creating {
+        /// The create.
+        op: OpId,
+    },
+    /// Listing the parent to find our place.
+    Listing {
+        /// The listing.
+        op: OpId,
+    },
+    /// Reading our own node to prove it is owned by the current session.
+    Verifying {
+        /// The read.
+        op: OpId,
+    },
+    /// Not granted: waiting for a node before ours to go.
+    Waiting {
+        /// The call that arms the watch (a predecessor's getData, or a listing with a
+        /// child watch).
+        watch: OpId,
+        /// The self-check, once the watch is armed.
+        timer: Option<OpId>,
+    },
+    /// Proven first and ours: fencing before the grant.
+    Fencing {
+        /// The fencing call.
+        op: OpId,
+        /// Where the fencing stands.
+        step: FenceStep,
+    },
+    /// Granted; watching our own node (CURATOR-171).
+    Holding {
+        /// The getData that arms the watch on our node.
+        watch: OpId,
+        /// The self-check, once the watch is armed.
+        timer: Option<OpId>,
+    },
+    /// Waiting out a backoff after a failure.
+    Backoff {
+        /// The timer.
+        timer: OpId,
+        /// What to do when it fires.
+        then: Then,
+    },
+    /// Over; nothing more happens.
+    Ended,
+}
+
+impl Step {
+    /// Whether `id` is the call this step waits for (any other answer is stale).
+    pub(crate) fn waits_for(self, id: OpId) -> bool {
+        match self {
+            Step::Creating { op }
+            | Step::Listing { op }
+            | Step::Verifying { op }
+            | Step::Fencing { op, .. } => op == id,
+            Step::Waiting { watch, .. } | Step::Holding { watch, .. } => watch == id,
+            Step::Idle | Step::Backoff { .. } | Step::Ended => false,
+        }
+    }
+
+    /// False only when idle although started and connected: the "never idle" check.
+    pub(crate) fn is_progressing(self, started: bool, connected: bool) -> bool {
+        match self {
+            Step::Idle => !started || !connected,
+            Step::Creating { .. }
+            | Step::Listing { .. }
+            | Step::Verifying { .. }
+            | Step::Waiting { .. }
+            | Step::Fencing { .. }
+            | Step::Holding { .. }
+            | Step::Backoff { .. }
+            | Step::Ended => true,
+        }
+    }
+
+    /// Record the self-check timer of a waiting or holding step whose watch is armed.
+    pub(crate) fn set_recheck(&mut self, recheck: OpId) {
+        match self {
+            Step::Waiting { timer, .. } | Step::Holding { timer, .. } => *timer = Some(recheck),
+            Step::Idle
+            | Step::Creating { .. }
+            | Step::Listing { .. }
+            | Step::Verifying { .. }
+            | Step::Fencing { .. }
+            | Step::Backoff { .. }
+            | Step::Ended => {}
+        }
+    }
+}
+
 /// Retired prefixes kept for cleanup after a session loss; older ones are forgotten
 /// (their nodes die with their session anyway).
 pub(crate) const STALE_PREFIXES_MAX: usize = 16;
@@ -73,6 +181,28 @@ pub(crate) struct Attempt {
     pub(crate) node: Option<String>,
 }
 
+/// What a listing of the parent says about our position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Listed {
+    /// Our node `me` is among `children` (adopted by its prefix if the reply of its
+    /// create was lost).
+    Found {
+        /// Our child name.
+        me: String,
+        /// Every child of the parent.
+        children: Vec<String>,
+    },
+    /// Our create never happened: create it now (same attempt, same prefix).
+    Missing,
+    /// The parent is gone, and our node with it (CURATOR-724): a fresh node, parents
+    /// created again.
+    ParentGone,
+    /// The listing failed: list again after a backoff.
+    Failed,
+    /// There is no attempt to look for.
+    NoAttempt,
+}
+
 /// What a read of our own node proves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Proof {
@@ -81,7 +211,7 @@ pub(crate) enum Proof {
     /// The node is gone.
     Gone,
     /// The node belongs to another session (a dead one of ours): sorting first proved
-    /// nothing (CURATOR-696).
+    /// nothing (CURATOR-696). The attempt is retired; make a fresh one.
     Foreign,
     /// The read failed; try again later.
     Retry,
@@ -191,6 +321,45 @@ impl Position {
         attempt.node.clone()
     }
 
+    /// The answer to the create of the current attempt: `Ok` when its node is known
+    /// (list next), else what to do after a backoff. A lost reply may hide a create
+    /// that happened, so it is looked for by listing; any other failure (NONODE: the
+    /// parent was collected between its creation and ours) creates again, never gives
+    /// up (CURATOR-724).
+    pub(crate) fn on_created(
+        &mut self,
+        r: Result<(String, Stat)>,
+    ) -> std::result::Result<(), Then> {
+        match r {
+            Ok((path, _)) => {
+                self.created(&path);
+                Ok(())
+            }
+            Err(e) if e.is_connection_loss() => Err(Then::List),
+            Err(_) => Err(Then::Create),
+        }
+    }
+
+    /// What the listing `r` of the parent says about our position, and the nodes of
+    /// retired attempts it shows, as full paths to delete.
+    pub(crate) fn on_listed(&mut self, r: Result<Vec<String>>) -> (Listed, Vec<String>) {
+        let children = match r {
+            Ok(children) => children,
+            Err(crate::Error::NoNode { .. }) => return (Listed::ParentGone, Vec::new()),
+            Err(_) => return (Listed::Failed, Vec::new()),
+        };
+        let stale = self.stale_children(&children);
+        let listed = if self.current.is_none() {
+            Listed::NoAttempt
+        } else {
+            match self.adopt(&children) {
+                Some(me) => Listed::Found { me, children },
+                None => Listed::Missing,
+            }
+        };
+        (listed, stale)
+    }
+
     /// A create answered after its attempt was given up made `path`: true if it
     /// belongs to the current attempt on the session we are connected with (the next
     /// listing adopts it), false if nobody owns it (delete it).
@@ -200,8 +369,9 @@ impl Position {
             .is_some_and(|a| Some(a.session) == conn && name_of(path).starts_with(&a.prefix))
     }
 
-    /// What the read `r` of our node, made while connected on `conn`, proves.
-    pub(crate) fn prove(&self, conn: Option<SessionId>, r: &Result<(Bytes, Stat)>) -> Proof {
+    /// What the read `r` of our node, made while connected on `conn`, proves. A node
+    /// of another session is retired at once: it is never led through (I5).
+    pub(crate) fn prove(&mut self, conn: Option<SessionId>, r: &Result<(Bytes, Stat)>) -> Proof {
         let stat = match r {
             Ok((_, stat)) => stat,
             Err(crate::Error::NoNode { .. }) => return Proof::Gone,
@@ -211,6 +381,7 @@ impl Position {
             return Proof::Retry;
         };
         if stat.ephemeral_owner != session || attempt.session != session {
+            self.retire();
             return Proof::Foreign;
         }
         Proof::Owned
@@ -358,17 +529,19 @@ mod tests {
             ))
         };
         assert_eq!(p.prove(Some(S1), &owned(S1)), Proof::Owned);
-        assert_eq!(p.prove(Some(S1), &owned(S2)), Proof::Foreign);
-        assert_eq!(
-            p.prove(Some(S2), &owned(S2)),
-            Proof::Foreign,
-            "attempt of S1"
-        );
         let gone = Err(Error::NoNode {
             path: "/e/x".into(),
         });
         assert_eq!(p.prove(Some(S1), &gone), Proof::Gone);
         assert_eq!(p.prove(Some(S1), &Err(Error::ConnectionLoss)), Proof::Retry);
+        assert_eq!(p.prove(Some(S1), &owned(S2)), Proof::Foreign);
+        assert!(p.current().is_none(), "a foreign node's attempt is retired");
+        p.join(S1);
+        assert_eq!(
+            p.prove(Some(S2), &owned(S2)),
+            Proof::Foreign,
+            "attempt of S1"
+        );
     }
 
     #[test]

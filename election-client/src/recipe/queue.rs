@@ -12,7 +12,7 @@
 //! - [`Admission::Within`] (a lease of a semaphore of `n`): fewer than `n` nodes before
 //!   it; it watches the lock path's children (any departure before it may admit it).
 //!
-//! # The lifecycle (DESIGN.md I5, docs/curator-recipes.md §7)
+//! # The lifecycle (ARCHITECTURE.md I5; docs/recipes.md, "The lifecycle")
 //! - A grant needs proof on the current session: admitted in a listing **and** a read of
 //!   the node showing `ephemeralOwner == current session` (CURATOR-696). Then, with
 //!   [`Fence::Bump`], the epoch znode is incremented by a multi that also checks the node
@@ -35,9 +35,9 @@ use bytes::Bytes;
 
 use super::engine::{Backoff, Call, Ids, Input, Machine, Output, Reply};
 pub use super::fence::Fence;
-use super::fence::{FenceNext, FenceStep};
+use super::fence::FenceNext;
 use super::ids::{join_path, OpId};
-use super::position::{Grant, Position, Proof, Revoked};
+use super::position::{Grant, Listed, Position, Proof, Revoked, Step, Then};
 use crate::error::Error;
 use crate::state::ConnectionState;
 use crate::types::{FencingToken, SessionId, Stat};
@@ -120,52 +120,8 @@ pub enum QueueCommand {
     Release,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Then {
-    Create,
-    List,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
-    /// Not started, or waiting for a connection.
-    Idle,
-    Creating {
-        op: OpId,
-    },
-    Listing {
-        op: OpId,
-    },
-    /// Reading our node to prove it is owned by the current session.
-    Verifying {
-        op: OpId,
-    },
-    /// Not admitted; `watch` is the call that arms the watch (a predecessor's getData,
-    /// or the children of the lock path), `timer` the self-check once armed.
-    Waiting {
-        watch: OpId,
-        timer: Option<OpId>,
-    },
-    /// Admitted and proven: fencing before the grant.
-    Fencing {
-        op: OpId,
-        step: FenceStep,
-    },
-    /// Granted; watching our own node.
-    Holding {
-        watch: OpId,
-        timer: Option<OpId>,
-    },
-    Backoff {
-        timer: OpId,
-        then: Then,
-    },
-    /// Released or closed: removing the node before ending.
-    Closing,
-    Ended,
-}
-
-/// Cleanup after release or close.
+/// Cleanup after release or close; while there is one, the machine is closing: it
+/// removes its node before ending.
 #[derive(Debug, Default)]
 struct Cleanup {
     /// The session whose nodes are ours; once it is gone they died with it.
@@ -243,18 +199,7 @@ impl QueueMachine {
 
     /// The "never idle" check: false would mean started, connected and stuck.
     pub fn is_progressing(&self) -> bool {
-        match self.step {
-            Step::Idle => !self.started || self.conn.is_none(),
-            Step::Creating { .. }
-            | Step::Listing { .. }
-            | Step::Verifying { .. }
-            | Step::Waiting { .. }
-            | Step::Fencing { .. }
-            | Step::Holding { .. }
-            | Step::Backoff { .. }
-            | Step::Closing
-            | Step::Ended => true,
-        }
+        self.cleanup.is_some() || self.step.is_progressing(self.started, self.conn.is_some())
     }
 
     // ----- inputs --------------------------------------------------------------------
@@ -308,7 +253,7 @@ impl QueueMachine {
     }
 
     fn on_done(&mut self, now_ms: u64, id: OpId, reply: Reply, out: &mut Vec<Output<QueueEvent>>) {
-        if !self.is_pending(id) {
+        if !self.step.waits_for(id) {
             self.on_stale(reply, out);
             return;
         }
@@ -390,15 +335,9 @@ impl QueueMachine {
         r: crate::Result<(String, Stat)>,
         out: &mut Vec<Output<QueueEvent>>,
     ) {
-        match r {
-            Ok((path, _)) => {
-                self.pos.created(&path);
-                self.list(out);
-            }
-            // The reply was lost: the node may exist; the listing finds it by prefix.
-            Err(e) if e.is_connection_loss() => self.backoff(now_ms, Then::List, out),
-            // NONODE: the parent vanished between its creation and ours (container GC).
-            Err(_) => self.backoff(now_ms, Then::Create, out),
+        match self.pos.on_created(r) {
+            Ok(()) => self.list(out),
+            Err(then) => self.backoff(now_ms, then, out),
         }
     }
 
@@ -408,29 +347,20 @@ impl QueueMachine {
         r: crate::Result<Vec<String>>,
         out: &mut Vec<Output<QueueEvent>>,
     ) {
-        let children = match r {
-            Ok(c) => c,
-            // The lock path is gone, and our node with it (CURATOR-724).
-            Err(Error::NoNode { .. }) => {
-                self.revoke(Revoked::NotProven, out);
-                self.node_gone(out);
-                return;
-            }
-            Err(_) => {
-                self.backoff(now_ms, Then::List, out);
-                return;
-            }
-        };
-        for path in self.pos.stale_children(&children) {
+        let (listed, stale) = self.pos.on_listed(r);
+        for path in stale {
             self.ids.call(Call::Delete { path, version: -1 }, out);
         }
-        if self.pos.current().is_none() {
-            return;
-        }
-        let Some(me) = self.pos.adopt(&children) else {
-            // Our create never happened: create now, same attempt.
-            self.create(out);
-            return;
+        let (me, children) = match listed {
+            Listed::Found { me, children } => (me, children),
+            Listed::Missing => return self.create(out),
+            // The lock path is gone, and our node with it (CURATOR-724).
+            Listed::ParentGone => {
+                self.revoke(Revoked::NotProven, out);
+                return self.node_gone(out);
+            }
+            Listed::Failed => return self.backoff(now_ms, Then::List, out),
+            Listed::NoAttempt => return,
         };
         let queue = sorted(&children);
         let Some(pos) = queue.iter().position(|c| *c == me) else {
@@ -503,7 +433,6 @@ impl QueueMachine {
             // CURATOR-696: the position proves nothing about the session.
             Proof::Foreign => {
                 self.revoke(Revoked::NotProven, out);
-                self.pos.retire();
                 self.join(out);
                 return;
             }
@@ -593,10 +522,7 @@ impl QueueMachine {
     fn arm(&mut self, now_ms: u64, out: &mut Vec<Output<QueueEvent>>) {
         self.backoff.reset();
         let t = self.ids.timer(now_ms + self.cfg.recheck_ms.max(1), out);
-        match &mut self.step {
-            Step::Waiting { timer, .. } | Step::Holding { timer, .. } => *timer = Some(t),
-            _ => {}
-        }
+        self.step.set_recheck(t);
     }
 
     fn hold(&mut self, out: &mut Vec<Output<QueueEvent>>) {
@@ -652,17 +578,6 @@ impl QueueMachine {
         }
     }
 
-    fn is_pending(&self, id: OpId) -> bool {
-        match self.step {
-            Step::Creating { op }
-            | Step::Listing { op }
-            | Step::Verifying { op }
-            | Step::Fencing { op, .. } => op == id,
-            Step::Waiting { watch, .. } | Step::Holding { watch, .. } => watch == id,
-            Step::Idle | Step::Backoff { .. } | Step::Closing | Step::Ended => false,
-        }
-    }
-
     // ----- release and close ---------------------------------------------------------
 
     /// Give the position up: revoke (as `why`), delete the node, then end.
@@ -686,7 +601,8 @@ impl QueueMachine {
         }
         c.delete.append(&mut self.pos.take_stale_nodes());
         self.cleanup = Some(c);
-        self.step = Step::Closing;
+        // Whatever was pending is stale now: only the cleanup's calls count.
+        self.step = Step::Idle;
         self.progress_cleanup(out);
     }
 
@@ -843,7 +759,7 @@ impl Machine for QueueMachine {
         if self.step == Step::Ended {
             return out;
         }
-        if self.step == Step::Closing {
+        if self.cleanup.is_some() {
             self.on_closing_input(now_ms, input, &mut out);
             return out;
         }

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::candidacy::{Grant, Mode, Revoked};
-use super::driver::{Driver, RecipeEvent};
+use super::candidacy::{CandidacyHandle, Grant, Mode, RecipeEvent, Revoked};
 use super::latch::LatchConfig;
 use super::ops::RecipeOps;
 
@@ -71,7 +70,7 @@ impl LeaderSelector {
         F: Fn(Leadership) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let driver = Driver::spawn(ops, cfg.candidacy("lock-", Mode::Latch));
+        let driver = CandidacyHandle::spawn(ops, cfg.candidacy("lock-", Mode::Latch));
         let (close_tx, close_rx) = watch::channel(false);
         let supervisor = tokio::spawn(supervise(driver, auto_requeue, take_leadership, close_rx));
         LeaderSelector {
@@ -98,7 +97,7 @@ impl LeaderSelector {
 }
 
 async fn supervise<F, Fut>(
-    mut driver: Driver,
+    mut driver: CandidacyHandle,
     auto_requeue: bool,
     take_leadership: F,
     mut close: watch::Receiver<bool>,
@@ -141,7 +140,7 @@ where
                 running = None;
                 driver.release(auto_requeue);
             }
-            event = driver.events.recv() => match event {
+            event = driver.next_event() => match event {
                 Some(RecipeEvent::Granted(grant)) => {
                     let (tx, rx) = watch::channel(None);
                     let task = tokio::spawn(take_leadership(Leadership { grant, revoked: rx }));
