@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::commands;
 use crate::core::CoreMsg;
 use crate::fourlw;
+use crate::metric_table::{self, Scalar};
 use crate::metrics::snapshot;
 use crate::stats::{ServerMode, ServerStats};
 
@@ -188,14 +189,14 @@ fn body(name: &str, st: &ServerStats) -> Result<Map<String, Value>, String> {
             out.insert("leader_ip".into(), json!(ip));
         }
         "monitor" => {
-            for (k, v) in fourlw::mntr_rows(st) {
-                // Numbers as numbers, as ZooKeeper's JSON has them.
-                let value = v
-                    .parse::<i64>()
-                    .map(Value::from)
-                    .or_else(|_| v.parse::<f64>().map(Value::from))
-                    .unwrap_or(Value::String(v));
-                out.insert(k.into(), value);
+            // mntr's rows, numbers as numbers, as ZooKeeper's JSON has them.
+            for (k, v) in metric_table::monitor_rows(st) {
+                let value = match v {
+                    Scalar::Int(x) => json!(x),
+                    Scalar::Float(x) => json!(round4(x)),
+                    Scalar::Text(s) => json!(s),
+                };
+                out.insert(k.into_owned(), value);
             }
         }
         "last_snapshot" => {

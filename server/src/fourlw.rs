@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use rzk_wire::FourLetterWord;
 
 use crate::core::{format_sid, Core};
-use crate::stats::{ServerMode, ServerStats};
+use crate::metric_table::{self, Scalar};
+use crate::stats::ServerStats;
 
 /// The text ZooKeeper prints when a word is not whitelisted.
 pub(crate) fn not_whitelisted(word: FourLetterWord) -> String {
@@ -78,200 +79,12 @@ fn conn_lines(st: &ServerStats, out: &mut String, detailed: bool) {
     }
 }
 
-/// `mntr`'s rows, in ZooKeeper's order (also the AdminServer's `monitor`).
-pub(crate) fn mntr_rows(st: &ServerStats) -> Vec<(&'static str, String)> {
-    let mut rows: Vec<(&'static str, String)> = vec![
-        ("version", st.version.clone()),
-        ("server_state", st.mode().as_str().into()),
-        ("ephemerals_count", st.ephemerals_count.to_string()),
-        ("num_alive_connections", st.connections.len().to_string()),
-        ("avg_latency", java_double(st.avg_latency_ms)),
-        ("outstanding_requests", st.outstanding_requests.to_string()),
-        ("znode_count", st.node_count.to_string()),
-        ("global_sessions", st.global_sessions.to_string()),
-        ("non_mtls_remote_conn_count", "0".into()),
-        (
-            "last_client_response_size",
-            st.last_response_bytes.to_string(),
-        ),
-        ("packets_sent", st.packets_sent.to_string()),
-        ("packets_received", st.packets_received.to_string()),
-        (
-            "max_client_response_size",
-            st.max_response_bytes.to_string(),
-        ),
-        ("connection_drop_probability", "0.0".into()),
-        ("watch_count", st.watch_count.to_string()),
-        ("auth_failed_count", st.auth_failed.to_string()),
-        ("min_latency", st.min_latency_ms.to_string()),
-        (
-            "max_file_descriptor_count",
-            st.max_file_descriptors.to_string(),
-        ),
-        (
-            "approximate_data_size",
-            st.approximate_data_size.to_string(),
-        ),
-        (
-            "open_file_descriptor_count",
-            st.open_file_descriptors.to_string(),
-        ),
-        ("local_sessions", "0".into()),
-        ("uptime", st.uptime_ms.to_string()),
-        ("max_latency", st.max_latency_ms.to_string()),
-        ("outstanding_tls_handshake", "0".into()),
-        (
-            "min_client_response_size",
-            st.min_response_bytes.to_string(),
-        ),
-        ("non_mtls_local_conn_count", "0".into()),
-        ("looking_count", st.quorum.looking_count.to_string()),
-        // rzk's own: where this member's durable log ends, as a hex zxid
-        // (tests wait on it to crash a member at a chosen step).
-        ("rzk_last_durable_zxid", st.quorum.last_durable.to_string()),
-        ("rzk_accepted_epoch", st.quorum.accepted_epoch.0.to_string()),
-    ];
-    replication_rows(st, &mut rows);
-    if st.mode() != ServerMode::Standalone {
-        rows.push(("quorum_size", st.quorum.quorum_size.to_string()));
-    }
-    if st.mode() == ServerMode::Leader {
-        let q = &st.quorum;
-        rows.push(("learners", q.learners.to_string()));
-        rows.push(("followers", q.followers.to_string()));
-        rows.push(("synced_followers", q.synced_followers.to_string()));
-        rows.push((
-            "synced_non_voting_followers",
-            q.synced_non_voting_followers.to_string(),
-        ));
-        rows.push(("synced_observers", q.synced_observers.to_string()));
-        rows.push(("pending_syncs", q.pending_syncs.to_string()));
-    }
-    // ZooKeeper 3.8 prints these on a follower that runs an ObserverMaster
-    // and on an observer; rzk's leader may serve observers on the port too,
-    // and its own `synced_observers` row above counts its learner sessions.
-    if let (Some(relayed), ServerMode::Follower) = (&st.quorum.relayed_observers, st.mode()) {
-        rows.push(("synced_observers", relayed.len().to_string()));
-    }
-    if let Some(id) = st.quorum.observer_master_id {
-        rows.push(("observer_master_id", id.to_string()));
-    }
-    rows
-}
-
-/// ZooKeeper's summaries of replication as `mntr` prints an
-/// `AvgMinMaxCounter` (`avg_`, `min_`, `max_`, `cnt_`, `sum_`), its counters,
-/// and rzk's own replication rows.
-fn replication_rows(st: &ServerStats, rows: &mut Vec<(&'static str, String)>) {
-    let r = &st.quorum.replication;
-    let summaries: [(&[&'static str; 5], &rzk_quorum::SummaryStats); 6] = [
-        (
-            &[
-                "avg_election_time",
-                "min_election_time",
-                "max_election_time",
-                "cnt_election_time",
-                "sum_election_time",
-            ],
-            &r.election_time_ms,
-        ),
-        (
-            &[
-                "avg_follower_sync_time",
-                "min_follower_sync_time",
-                "max_follower_sync_time",
-                "cnt_follower_sync_time",
-                "sum_follower_sync_time",
-            ],
-            &r.follower_sync_time_ms,
-        ),
-        (
-            &[
-                "avg_observer_sync_time",
-                "min_observer_sync_time",
-                "max_observer_sync_time",
-                "cnt_observer_sync_time",
-                "sum_observer_sync_time",
-            ],
-            &r.observer_sync_time_ms,
-        ),
-        (
-            &[
-                "avg_fsynctime",
-                "min_fsynctime",
-                "max_fsynctime",
-                "cnt_fsynctime",
-                "sum_fsynctime",
-            ],
-            &r.fsync_time_ms,
-        ),
-        (
-            &[
-                "avg_snapshottime",
-                "min_snapshottime",
-                "max_snapshottime",
-                "cnt_snapshottime",
-                "sum_snapshottime",
-            ],
-            &r.snapshot_time_ms,
-        ),
-        (
-            &[
-                "rzk_avg_group_commit_size",
-                "rzk_min_group_commit_size",
-                "rzk_max_group_commit_size",
-                "rzk_cnt_group_commit_size",
-                "rzk_sum_group_commit_size",
-            ],
-            &r.group_commit_size,
-        ),
-    ];
-    for (names, s) in summaries {
-        rows.push((names[0], java_double(s.avg())));
-        rows.push((names[1], s.min.to_string()));
-        rows.push((names[2], s.max.to_string()));
-        rows.push((names[3], s.count.to_string()));
-        rows.push((names[4], s.sum.to_string()));
-    }
-    rows.push(("diff_count", r.diff_count.to_string()));
-    rows.push(("snap_count", r.snap_count.to_string()));
-    rows.push(("proposal_count", r.proposal_count.to_string()));
-    rows.push((
-        "learner_commit_received_count",
-        r.learner_commit_received_count.to_string(),
-    ));
-    rows.push(("rzk_trunc_count", r.trunc_count.to_string()));
-    let [diff, trunc, snap] = st.quorum.learner_syncs;
-    rows.push(("rzk_learner_diff_count", diff.to_string()));
-    rows.push(("rzk_learner_trunc_count", trunc.to_string()));
-    rows.push(("rzk_learner_snap_count", snap.to_string()));
-    rows.push(("rzk_commit_stream_lag", st.quorum.commit_lag.to_string()));
-    rows.push((
-        "rzk_log_window_dropped",
-        st.quorum.window.dropped.to_string(),
-    ));
-    rows.push((
-        "rzk_diff_from_disk_count",
-        st.quorum.window.diffs_from_disk.to_string(),
-    ));
-    rows.push((
-        "rzk_snap_outlived_snapshot_count",
-        st.quorum.window.snaps_outlived_snapshot.to_string(),
-    ));
-    rows.push((
-        "rzk_snap_tail_from_disk_count",
-        st.quorum.window.snap_tails_from_disk.to_string(),
-    ));
-    rows.push((
-        "rzk_snap_purged_count",
-        st.quorum.window.snaps_purged.to_string(),
-    ));
-    rows.push((
-        "rzk_last_snapshot_bytes",
-        r.last_snapshot.map_or(0, |s| s.size_bytes).to_string(),
-    ));
-    if let Some(s) = r.last_snapshot {
-        rows.push(("rzk_last_snapshot_zxid", s.zxid.to_string()));
+/// One `mntr` value as ZooKeeper prints it.
+fn mntr_value(v: Scalar) -> String {
+    match v {
+        Scalar::Int(x) => x.to_string(),
+        Scalar::Float(x) => java_double(x),
+        Scalar::Text(s) => s,
     }
 }
 
@@ -322,8 +135,8 @@ pub(crate) fn format(word: FourLetterWord, st: &ServerStats) -> String {
             out.push('\n');
         }
         FourLetterWord::Mntr => {
-            for (k, v) in mntr_rows(st) {
-                let _ = writeln!(out, "zk_{k}\t{v}");
+            for (k, v) in metric_table::monitor_rows(st) {
+                let _ = writeln!(out, "zk_{k}\t{}", mntr_value(v));
             }
         }
         FourLetterWord::Conf => {

@@ -46,6 +46,7 @@ pub mod import_zk;
 mod leader;
 pub mod logging;
 pub mod malloc;
+mod metric_table;
 mod metrics;
 pub mod outbox;
 pub mod path;

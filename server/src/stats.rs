@@ -23,6 +23,10 @@ use crate::core::{now_ms, Core};
 pub(crate) struct Latency {
     histogram: hdrhistogram::Histogram<u64>,
     sum_ms: u64,
+    /// The smallest and largest values recorded, exact (the histogram
+    /// rounds them to 2 significant digits); 0 before the first.
+    min_ms: u64,
+    max_ms: u64,
 }
 
 impl Default for Latency {
@@ -31,6 +35,8 @@ impl Default for Latency {
             // Auto-resizing, so any value can be recorded.
             histogram: hdrhistogram::Histogram::new(2).expect("2 significant digits is valid"),
             sum_ms: 0,
+            min_ms: 0,
+            max_ms: 0,
         }
     }
 }
@@ -43,6 +49,12 @@ impl Latency {
 
     pub(crate) fn record(&mut self, d: Duration) {
         let ms = d.as_millis() as u64;
+        self.min_ms = if self.histogram.is_empty() {
+            ms
+        } else {
+            self.min_ms.min(ms)
+        };
+        self.max_ms = self.max_ms.max(ms);
         self.sum_ms += ms;
         self.histogram.saturating_record(ms);
     }
@@ -59,6 +71,8 @@ impl Latency {
         LatencySnapshot {
             count: h.len(),
             sum_ms: self.sum_ms,
+            min_ms: self.min_ms,
+            max_ms: self.max_ms,
             p50_ms: q(0.5),
             p90_ms: q(0.9),
             p99_ms: q(0.99),
@@ -71,6 +85,8 @@ impl Latency {
 pub(crate) struct LatencySnapshot {
     pub count: u64,
     pub sum_ms: u64,
+    pub min_ms: u64,
+    pub max_ms: u64,
     pub p50_ms: u64,
     pub p90_ms: u64,
     pub p99_ms: u64,
@@ -593,6 +609,7 @@ mod tests {
         let s = l.snapshot();
         assert_eq!(s.count, 100);
         assert_eq!(s.sum_ms, 5050);
+        assert_eq!((s.min_ms, s.max_ms), (1, 100));
         assert_eq!(s.p50_ms, 50);
         assert_eq!(s.p90_ms, 90);
         assert_eq!(s.p99_ms, 99);
