@@ -309,7 +309,24 @@ impl Message {
                     }
                     SessionMsg::SnapChunk { data, .. } => data.len() + 16,
                     SessionMsg::Forward { payload } => payload.len(),
-                    _ => 16,
+                    SessionMsg::FollowerInfo { .. }
+                    | SessionMsg::LeaderInfo { .. }
+                    | SessionMsg::AckEpoch { .. }
+                    | SessionMsg::Diff { .. }
+                    | SessionMsg::Trunc { .. }
+                    | SessionMsg::Snap { .. }
+                    | SessionMsg::SnapAck { .. }
+                    | SessionMsg::Commit { .. }
+                    | SessionMsg::NewLeader { .. }
+                    | SessionMsg::AckNewLeader { .. }
+                    | SessionMsg::UpToDate { .. }
+                    | SessionMsg::Ack { .. }
+                    | SessionMsg::Ping { .. }
+                    | SessionMsg::Pong { .. }
+                    | SessionMsg::SyncRequest { .. }
+                    | SessionMsg::SyncReply { .. }
+                    | SessionMsg::Relayed
+                    | SessionMsg::Reject { .. } => 16,
                 }
             }
         }
