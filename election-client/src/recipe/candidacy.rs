@@ -131,7 +131,10 @@ pub type Output = engine::Output<RecipeEvent>;
 /// The candidacy state machine. See the module docs.
 #[derive(Debug)]
 pub struct Candidacy {
-    cfg: CandidacyConfig,
+    /// Latch or lock behaviour.
+    mode: Mode,
+    /// The self-check period, if any.
+    recheck_ms: Option<u64>,
     fence: Fence,
     ids: Ids,
     backoff: Backoff,
@@ -154,21 +157,20 @@ pub struct Candidacy {
 impl Candidacy {
     /// A new, not yet started candidacy.
     pub fn new(cfg: CandidacyConfig) -> Candidacy {
-        let fence = match &cfg.epoch_path {
-            Some(path) => Fence::Bump(path.clone()),
+        let fence = match cfg.epoch_path {
+            Some(path) => Fence::Bump(path),
             None => Fence::None,
         };
-        let backoff = Backoff::new(cfg.backoff_min_ms, cfg.backoff_max_ms, cfg.nonce);
-        let pos = Position::new(&cfg.path, &cfg.name, cfg.data.clone(), cfg.nonce);
         Candidacy {
-            cfg,
+            mode: cfg.mode,
+            recheck_ms: cfg.recheck_ms,
             fence,
             ids: Ids::default(),
-            backoff,
+            backoff: Backoff::new(cfg.backoff_min_ms, cfg.backoff_max_ms, cfg.nonce),
             started: false,
             closed: false,
             conn: None,
-            pos,
+            pos: Position::new(cfg.path, cfg.name, cfg.data, cfg.nonce),
             step: Step::Idle,
             granted: None,
             was_granted: false,
@@ -272,7 +274,7 @@ impl Candidacy {
                 let had_grant = self.revoke(Revoked::Lost, out) || self.was_granted;
                 self.pos.retire();
                 self.wait_for_connection();
-                if self.cfg.mode == Mode::Lock && had_grant && self.started {
+                if self.mode == Mode::Lock && had_grant && self.started {
                     self.end(out);
                 }
             }
@@ -292,7 +294,7 @@ impl Candidacy {
                 self.on_watching(now_ms, r, out)
             }
             (Step::Fencing { step, .. }, reply) => {
-                let next = self.fence.on_reply(step, self.pos.node_path(), reply);
+                let next = self.fence.on_reply(step, || self.pos.node_path(), reply);
                 self.fence(now_ms, next, out);
             }
             // An answer of the wrong shape cannot happen; evaluate again.
@@ -378,7 +380,7 @@ impl Candidacy {
             Listed::NoAttempt => return,
         };
         let mut sorted: Vec<&String> = children.iter().collect();
-        let name = self.cfg.name.as_str();
+        let name = self.pos.name();
         sorted.sort_by(|a, b| (sequence_of(a, name), *a).cmp(&(sequence_of(b, name), *b)));
         match sorted.iter().position(|c| **c == me) {
             None => {
@@ -422,9 +424,8 @@ impl Candidacy {
                 return;
             }
         }
-        let node = self.node_path().unwrap_or_default();
         if let Some(g) = &self.granted {
-            if g.node == node && Some(g.session) == self.conn {
+            if Some(&g.node) == self.node_path().as_ref() && Some(g.session) == self.conn {
                 // Still proven: keep the grant and its token.
                 self.hold(out);
                 return;
@@ -454,7 +455,7 @@ impl Candidacy {
         match r {
             Ok(_) => {
                 self.backoff.reset();
-                if let Some(recheck) = self.cfg.recheck_ms {
+                if let Some(recheck) = self.recheck_ms {
                     let timer = self.ids.timer(now_ms + recheck, out);
                     self.step.set_recheck(timer);
                 }
@@ -486,7 +487,7 @@ impl Candidacy {
     /// Our node is gone while the session lives: a new candidate on the same session.
     fn rejoin_same_session(&mut self, out: &mut Vec<Output>) {
         self.pos.forget();
-        if self.cfg.mode == Mode::Lock && self.was_granted {
+        if self.mode == Mode::Lock && self.was_granted {
             self.end(out);
             return;
         }

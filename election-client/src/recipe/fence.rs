@@ -97,11 +97,12 @@ impl Fence {
         }
     }
 
-    /// The answer to the call made in `step`; `node` is the full path of our node.
+    /// The answer to the call made in `step`; `node` gives the full path of our node
+    /// (asked for only when a bump is next).
     pub(crate) fn on_reply(
         &self,
         step: FenceStep,
-        node: Option<String>,
+        node: impl FnOnce() -> Option<String>,
         reply: Reply,
     ) -> FenceNext {
         match (step, reply) {
@@ -125,7 +126,11 @@ impl Fence {
         }
     }
 
-    fn on_read(&self, node: Option<String>, r: Result<(Bytes, Stat)>) -> FenceNext {
+    fn on_read(
+        &self,
+        node: impl FnOnce() -> Option<String>,
+        r: Result<(Bytes, Stat)>,
+    ) -> FenceNext {
         let (data, stat) = match r {
             Ok(v) => v,
             Err(Error::NoNode { .. }) => {
@@ -153,12 +158,12 @@ impl Fence {
                 zxid: stat.mzxid,
             })),
             Fence::Bump(epoch_path) => {
-                let Some(node) = node else {
+                let Some(node) = node() else {
                     return FenceNext::NodeGone;
                 };
                 let value = current.saturating_add(1);
                 FenceNext::Call(
-                    bump_call(&node, epoch_path, stat.version, value),
+                    bump_call(node, epoch_path, stat.version, value),
                     FenceStep::Bumping { value },
                 )
             }
@@ -188,11 +193,11 @@ pub(crate) fn create_epoch_call(path: &str) -> Call {
 
 /// One multi: check that `candidate` exists, and set `epoch_path` to `value` (decimal)
 /// if its version is still `version`.
-pub(crate) fn bump_call(candidate: &str, epoch_path: &str, version: i32, value: u64) -> Call {
+pub(crate) fn bump_call(candidate: String, epoch_path: &str, version: i32, value: u64) -> Call {
     Call::Multi {
         ops: vec![
             MultiOp::Check {
-                path: candidate.to_owned(),
+                path: candidate,
                 version: -1,
             },
             MultiOp::SetData {
@@ -281,12 +286,12 @@ mod tests {
         let nonode = || Reply::Data(Err(Error::NoNode { path: "/ep".into() }));
         let bump = Fence::Bump("/ep".into());
         assert_eq!(
-            bump.on_reply(FenceStep::Reading, Some("/e/n".into()), nonode()),
+            bump.on_reply(FenceStep::Reading, || Some("/e/n".into()), nonode()),
             FenceNext::Call(create_epoch_call("/ep"), FenceStep::Creating)
         );
         let observe = Fence::Observe("/ep".into());
         assert_eq!(
-            observe.on_reply(FenceStep::Reading, None, nonode()),
+            observe.on_reply(FenceStep::Reading, || None, nonode()),
             FenceNext::Grant(Some(FencingToken {
                 epoch: 0,
                 zxid: Zxid::from_u64(0)

@@ -127,7 +127,7 @@ pub trait RecipeOps: Send + Sync + 'static {
         version: i32,
         value: u64,
     ) -> impl Future<Output = std::result::Result<Stat, BumpError>> + Send {
-        let call = bump_call(candidate, epoch_path, version, value);
+        let call = bump_call(candidate.to_owned(), epoch_path, version, value);
         let multi = answer(self, call, |reply| match reply {
             (Reply::Multi(r), _) => Ok(r),
             (other, _) => Err(other),

@@ -239,10 +239,10 @@ pub(crate) struct Position {
 
 impl Position {
     /// A position for nodes `name` under `parent`, holding `data`; no attempt yet.
-    pub(crate) fn new(parent: &str, name: &str, data: Bytes, nonce: u64) -> Position {
+    pub(crate) fn new(parent: String, name: String, data: Bytes, nonce: u64) -> Position {
         Position {
-            parent: parent.to_owned(),
-            name: name.to_owned(),
+            parent,
+            name,
             data,
             nonce,
             attempt: 0,
@@ -261,6 +261,11 @@ impl Position {
             prefix: format!("_c_{:016x}-{:x}-", self.nonce, self.attempt),
             node: None,
         });
+    }
+
+    /// The node name before the sequence number.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
     }
 
     /// The current attempt, if any.
@@ -301,7 +306,7 @@ impl Position {
     }
 
     /// The create of the current attempt made `path`.
-    pub(crate) fn created(&mut self, path: &str) {
+    fn created(&mut self, path: &str) {
         if let Some(attempt) = self.current.as_mut() {
             attempt.node = Some(name_of(path).to_owned());
         }
@@ -310,7 +315,7 @@ impl Position {
     /// Our node in a listing: the one already known, or the one our create made
     /// although its reply was lost (found by prefix, and adopted). `None` when the
     /// create never happened, or there is no attempt.
-    pub(crate) fn adopt(&mut self, children: &[String]) -> Option<String> {
+    fn adopt(&mut self, children: &[String]) -> Option<String> {
         let attempt = self.current.as_mut()?;
         if attempt.node.is_none() {
             attempt.node = children
@@ -422,7 +427,7 @@ impl Position {
 
     /// The children of a listing made by retired attempts whose node name was never
     /// learned, as full paths to delete; each prefix is forgotten once found.
-    pub(crate) fn stale_children(&mut self, children: &[String]) -> Vec<String> {
+    fn stale_children(&mut self, children: &[String]) -> Vec<String> {
         if self.stale_prefixes.is_empty() {
             return Vec::new();
         }
@@ -455,7 +460,12 @@ mod tests {
     const S2: SessionId = SessionId(2);
 
     fn position() -> Position {
-        Position::new("/e", "latch-", Bytes::from_static(b"me"), 0xab)
+        Position::new(
+            "/e".into(),
+            "latch-".into(),
+            Bytes::from_static(b"me"),
+            0xab,
+        )
     }
 
     fn create_path(p: &Position) -> String {

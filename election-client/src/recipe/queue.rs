@@ -167,7 +167,12 @@ impl QueueMachine {
     /// A machine for `cfg`, not started.
     pub fn new(cfg: QueueConfig) -> QueueMachine {
         let backoff = Backoff::new(cfg.backoff_min_ms, cfg.backoff_max_ms, cfg.nonce);
-        let pos = Position::new(&cfg.path, &cfg.name, cfg.data.clone(), cfg.nonce);
+        let pos = Position::new(
+            cfg.path.clone(),
+            cfg.name.clone(),
+            cfg.data.clone(),
+            cfg.nonce,
+        );
         QueueMachine {
             cfg,
             ids: Ids::default(),
@@ -278,7 +283,10 @@ impl QueueMachine {
                 Err(_) => self.backoff(now_ms, Then::List, out),
             },
             (Step::Fencing { step, .. }, reply) => {
-                let next = self.cfg.fence.on_reply(step, self.pos.node_path(), reply);
+                let next = self
+                    .cfg
+                    .fence
+                    .on_reply(step, || self.pos.node_path(), reply);
                 self.fence(now_ms, next, out);
             }
             // A reply of the wrong shape cannot happen; start the evaluation over.
