@@ -46,7 +46,7 @@ fn cluster() -> Cluster {
         Some(n) => Cluster::ensemble(n),
         None => Cluster::standalone(),
     };
-    println!("server: {} x{}", c.program().name(), c.members.len());
+    println!("server: {} x{}", program_name(c.program()), c.size());
     c
 }
 

@@ -4,13 +4,15 @@
 //! every command's JSON keys with Apache ZooKeeper 3.8's AdminServer is
 //! `admin_json_keys_match_apache_zookeeper` (ignored here; run by
 //! `.ci/stages/45-ops.sh`).
-mod opskit;
+mod support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use opskit::{free_port, http_get, Rzk};
 use serde_json::Value;
+use support::clients::{http_get, http_status};
+use support::four_letter;
+use support::procs::{free_port, Rzk};
 use zookeeper_client as zk;
 
 const PROMETHEUS: &str =
@@ -115,7 +117,7 @@ async fn metrics_endpoint_serves_zookeepers_names_and_types() {
         );
     }
     // One snapshot behind both: the figures that did not move agree with mntr.
-    let mntr = opskit::four_letter(&server.addr(), "mntr").await;
+    let mntr = four_letter(&server.addr(), "mntr").await;
     let value = |name: &str| -> String {
         body.lines()
             .find_map(|l| l.strip_prefix(&format!("{name} ")))
@@ -178,7 +180,7 @@ async fn admin_commands_answer_json_from_the_same_snapshot() {
     }
     let (_, _, monitor) = get("mntr".into()).await;
     assert_eq!(monitor["command"], "monitor");
-    let mntr = opskit::four_letter(&server.addr(), "mntr").await;
+    let mntr = four_letter(&server.addr(), "mntr").await;
     for key in [
         "znode_count",
         "ephemerals_count",
@@ -362,8 +364,8 @@ async fn admin_json_keys_match_apache_zookeeper() {
     let zk_log = || std::fs::read_to_string(zk_dir.join("zk.log")).unwrap_or_default();
     let mut ready = false;
     for _ in 0..900 {
-        if opskit::four_letter(&zk_addr, "ruok").await == "imok"
-            && opskit::http_status(&zk_admin_addr, "/commands/ruok").await == Some(200)
+        if four_letter(&zk_addr, "ruok").await == "imok"
+            && http_status(&zk_admin_addr, "/commands/ruok").await == Some(200)
         {
             ready = true;
             break;

@@ -1,6 +1,6 @@
 //! The `rzk` binary as a child process: configuration and CLI, four-letter
 //! words and the whitelist, SIGTERM, and kill -9 durability under load.
-mod common;
+mod support;
 
 use rzk_testkit::ports::{reserve, Port};
 use std::path::Path;
@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use support::*;
 use zookeeper_client as zk;
 
 /// Writes the server acknowledged: (path, data).
@@ -207,7 +207,7 @@ async fn four_letter_words_and_whitelist() {
     let port = reserve();
     let server = Rzk::spawn(dir.path(), &port, "");
     server.wait_ready().await;
-    let addr = server.addr().parse().unwrap();
+    let addr: std::net::SocketAddr = server.addr().parse().unwrap();
     let srvr = four_letter(addr, "srvr").await;
     for label in [
         "Zookeeper version: ",
@@ -231,7 +231,7 @@ async fn four_letter_words_and_whitelist() {
     let port = reserve();
     let server = Rzk::spawn(dir.path(), &port, "4lw.commands.whitelist=*\n");
     server.wait_ready().await;
-    let addr = server.addr().parse().unwrap();
+    let addr: std::net::SocketAddr = server.addr().parse().unwrap();
     let c = connect(&server.addr(), Duration::from_secs(10)).await;
     let (_, _, _w) = c.get_and_watch_data("/zookeeper").await.unwrap();
     assert_eq!(four_letter(addr, "ruok").await, "imok");

@@ -8,11 +8,11 @@
 //! it sends right after the ConnectResponse is answered, so each new `connect`
 //! stalled for a ping interval of the idle ones (12 s with a 60 s session
 //! timeout, measured before the fix).
-mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use support::*;
 use zookeeper_client as zk;
 
 /// Three times the limit below.

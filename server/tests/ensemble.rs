@@ -2,15 +2,15 @@
 //! loopback, real clients): writes through any member, reads and `sync` on
 //! every member, global sessions that move between members, watches on the
 //! member that holds them, leader failure and a member's restart.
-mod common;
-mod ensemble_support;
+mod support;
 
 use std::time::Duration;
 
-use common::{create_req, Raw};
-use ensemble_support::{client, run_trapped, Ensemble};
 use rzk_wire::client::Incoming;
 use rzk_wire::{EventType, Request};
+use support::clients::client_at;
+use support::server::Ensemble;
+use support::{create_req, run_trapped, Raw};
 use zookeeper_client as zk;
 
 fn open() -> zk::CreateOptions<'static> {
@@ -45,7 +45,7 @@ fn writes_through_every_member_are_read_on_every_member() {
         let leader = e.wait_settled().await;
         let mut clients = Vec::new();
         for m in &e.members {
-            clients.push(client(&m.client.to_string(), Duration::from_secs(10)).await);
+            clients.push(client_at(&m.client.to_string(), Duration::from_secs(10)).await);
         }
         // Every member takes writes; the creates of one session are answered in
         // order, with zxids that only grow.
@@ -152,7 +152,7 @@ fn a_session_that_moves_keeps_its_ephemeral_and_its_watch_fires_once() {
         // has applied, as ZooKeeper does, and the client tries elsewhere. That
         // is not this test's case: a sync through member 2 first makes it apply
         // the create (I6b), so the move below is judged on the session alone.
-        let probe = client(&b.to_string(), Duration::from_secs(10)).await;
+        let probe = client_at(&b.to_string(), Duration::from_secs(10)).await;
         probe.sync("/").await.unwrap();
         drop(probe);
         let mut req = Raw::new_session(6000);
@@ -177,7 +177,7 @@ fn a_session_that_moves_keeps_its_ephemeral_and_its_watch_fires_once() {
             .await;
         assert!(r.result.is_ok(), "{r:?}");
         // Another client, on member 3, creates the watched node and changes it.
-        let other = client(&c.to_string(), Duration::from_secs(10)).await;
+        let other = client_at(&c.to_string(), Duration::from_secs(10)).await;
         other.create("/watched", b"1", &open()).await.unwrap();
         other.set_data("/watched", b"2", None).await.unwrap();
         // Everything up to the sync reply on member 2 covers both writes (I6b), so
@@ -205,7 +205,7 @@ fn a_session_that_moves_keeps_its_ephemeral_and_its_watch_fires_once() {
         );
         // The ephemeral survived the move, seen from every member.
         for m in &e.members {
-            let cl = client(&m.client.to_string(), Duration::from_secs(10)).await;
+            let cl = client_at(&m.client.to_string(), Duration::from_secs(10)).await;
             cl.sync("/").await.unwrap();
             assert!(cl.check_stat("/eph").await.unwrap().is_some());
         }
@@ -213,7 +213,7 @@ fn a_session_that_moves_keeps_its_ephemeral_and_its_watch_fires_once() {
         let r = moved.call(Request::CloseSession).await;
         assert!(r.result.is_ok(), "{r:?}");
         for m in &e.members {
-            let cl = client(&m.client.to_string(), Duration::from_secs(10)).await;
+            let cl = client_at(&m.client.to_string(), Duration::from_secs(10)).await;
             cl.sync("/").await.unwrap();
             assert!(cl.check_stat("/eph").await.unwrap().is_none());
         }
@@ -239,7 +239,7 @@ fn an_abandoned_session_expires_everywhere() {
             tokio::time::sleep(Duration::from_millis(100)).await;
             assert!(raw.call(Request::Ping).await.result.is_ok());
         }
-        let watcher = client(
+        let watcher = client_at(
             &e.members[leader].client.to_string(),
             Duration::from_secs(10),
         )
@@ -247,7 +247,7 @@ fn an_abandoned_session_expires_everywhere() {
         assert!(watcher.check_stat("/gone").await.unwrap().is_some());
         drop(raw); // no closeSession: the session must expire
         for m in &e.members {
-            let cl = client(&m.client.to_string(), Duration::from_secs(10)).await;
+            let cl = client_at(&m.client.to_string(), Duration::from_secs(10)).await;
             eventually(
                 Duration::from_secs(10),
                 "the ephemeral vanishes",
@@ -272,7 +272,7 @@ fn after_the_leader_crashes_the_survivors_serve_and_it_rejoins() {
         let mut e = Ensemble::start(dir.path(), 3, &[]).await;
         let leader = e.wait_settled().await;
         let follower = (leader + 1) % 3;
-        let c = client(
+        let c = client_at(
             &e.members[follower].client.to_string(),
             Duration::from_secs(8),
         )
@@ -318,7 +318,7 @@ fn after_the_leader_crashes_the_survivors_serve_and_it_rejoins() {
         );
         e.restart(leader).await;
         e.wait_settled().await;
-        let back = client(
+        let back = client_at(
             &e.members[leader].client.to_string(),
             Duration::from_secs(10),
         )

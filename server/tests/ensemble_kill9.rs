@@ -3,16 +3,15 @@
 //! leader, then of a follower, each restarted while the load runs. Every write
 //! the client saw acknowledged must be on every member at the end (I6; the
 //! restarted members rejoin by DIFF, TRUNC or SNAP).
-mod common;
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::eventually;
-use support::client::{assert_acked_on_every_member, connect, Acked};
-use support::procs::{Layout, Procs};
+use support::clients::{assert_acked_on_every_member, connect, Acked};
+use support::eventually;
+use support::procs::{procs, Layout};
 use zookeeper_client as zk;
 
 /// Writers on sessions spread over all members; a create is acknowledged only
@@ -70,7 +69,7 @@ async fn grows_by(acked: &Acked, n: usize, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_leader_and_follower_under_load_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
-    let mut ens = Procs::new(dir.path(), &Layout::voters(3).set("snapCount", 400));
+    let mut ens = procs(dir.path(), &Layout::voters(3).set("snapCount", 400));
     ens.spawn_all();
     ens.settled().await;
     let all = ens.connect_string();

@@ -7,13 +7,12 @@
 //! client was told "expired" for a live session, or was let into a closed one
 //! (found by the interop suite on a 3-member ensemble:
 //! `test_expired_session_cannot_be_resumed`).
-mod common;
-mod ensemble_support;
+mod support;
 
-use common::Raw;
-use ensemble_support::{run_trapped, Ensemble};
 use rzk_wire::client::Incoming;
 use rzk_wire::Request;
+use support::server::Ensemble;
+use support::{run_trapped, Raw};
 
 /// How many create → move → close → move rounds: each round is a chance for
 /// the member the client moves to to lag; without the barrier a few rounds

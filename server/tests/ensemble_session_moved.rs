@@ -11,17 +11,16 @@
 //! later fault happened to move it (2,496 writes and 877 creates refused in
 //! that run). ZooKeeper tears the connection down on SESSIONMOVED for exactly
 //! this race.
-mod common;
-mod ensemble_support;
+mod support;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{create_req, Raw};
-use ensemble_support::{run_trapped, Ensemble};
 use futures::StreamExt;
 use rzk_wire::client::Incoming;
 use rzk_wire::Request;
+use support::server::Ensemble;
+use support::{create_req, run_trapped, Raw};
 
 fn set_data(path: &str, data: &'static [u8]) -> Request {
     Request::SetData(rzk_wire::SetDataRequest {

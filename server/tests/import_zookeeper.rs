@@ -4,14 +4,15 @@
 //! ZooKeeper before it stops and from rzk after the import: data, ACL and
 //! stat must be the same, ephemerals of a live session kept (and the session
 //! resumable with ZooKeeper's password), those of a closed one gone.
-mod opskit;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use opskit::{four_letter, free_port, Rzk};
+use support::four_letter;
+use support::procs::{free_port, Rzk};
 use zookeeper_client as zk;
 
 /// Every znode by path: data, ACL, stat.

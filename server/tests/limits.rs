@@ -1,12 +1,12 @@
 //! Limits (issue item 9, I7): each one is reached, and harms no one else.
-mod common;
+mod support;
 
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
-use common::*;
 use rzk_wire::client::Incoming;
 use rzk_wire::{ErrorCode, OpCode, Request, Response};
+use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::test]

@@ -2,14 +2,14 @@
 //! codes when stderr is a file, `--log-format json` gives one JSON object per
 //! line, and at `info` there is one line per session opened, closed or expired
 //! and nothing per request.
-mod common;
+mod support;
 
 use rzk_testkit::ports::{reserve, Port};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use support::*;
 use zookeeper_client as zk;
 
 /// An `rzk` child process whose stderr goes to a file (not a terminal).

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::procs::{Layout, Procs};
+use support::procs::{procs, Layout};
 
 /// Runs the binary on `cfg` to its exit; one that is still running after 20 s
 /// (it took the configuration and is looking for its ensemble) is killed and
@@ -54,7 +54,7 @@ fn edit(cfg: &Path, edit: impl FnOnce(String) -> String) {
 #[test]
 fn an_observer_without_peer_type_observer_exits_2_naming_its_line() {
     let dir = tempfile::tempdir().unwrap();
-    let ens = Procs::new(dir.path(), &Layout::voters(3).observers(1));
+    let ens = procs(dir.path(), &Layout::voters(3).observers(1));
     let observer = &ens.members[3];
     edit(&observer.cfg, |t| t.replace("peerType=observer\n", ""));
     let (code, err) = run_to_exit(&observer.cfg);
@@ -69,7 +69,7 @@ fn an_observer_without_peer_type_observer_exits_2_naming_its_line() {
 #[test]
 fn peer_type_observer_on_a_participant_line_exits_2_naming_both() {
     let dir = tempfile::tempdir().unwrap();
-    let ens = Procs::new(dir.path(), &Layout::voters(3).observers(1));
+    let ens = procs(dir.path(), &Layout::voters(3).observers(1));
     let voter = &ens.members[1];
     edit(&voter.cfg, |t| format!("{t}peerType=observer\n"));
     let (code, err) = run_to_exit(&voter.cfg);
@@ -85,7 +85,7 @@ fn observers_without_a_quorum_of_participants_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     // One participant and one observer: ZooKeeper 3.8 refuses it too
     // ("Observers w/o quorum is an invalid configuration").
-    let ens = Procs::new(dir.path(), &Layout::voters(1).observers(1));
+    let ens = procs(dir.path(), &Layout::voters(1).observers(1));
     for m in &ens.members {
         let (code, err) = run_to_exit(&m.cfg);
         assert_eq!(code, Some(2), "member {}: {err}", m.id);
@@ -102,7 +102,7 @@ fn observers_without_a_quorum_of_participants_exit_2() {
 #[test]
 fn a_bad_observer_master_port_exits_2_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
-    let ens = Procs::new(dir.path(), &Layout::voters(3).observers(1));
+    let ens = procs(dir.path(), &Layout::voters(3).observers(1));
     for (m, bad) in [
         (1, "observerMasterPort=0"),
         (3, "observerMasterPort.4=2191"),

@@ -14,7 +14,6 @@
 //!   and the observers stop serving (as ZooKeeper 3.8's observers do without
 //!   read-only mode: they drop their clients and take none until they follow
 //!   a leader again); once one voter returns, everything serves again.
-mod common;
 mod support;
 
 use std::collections::BTreeMap;
@@ -22,9 +21,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::eventually;
-use support::client::{connect, open, Acked};
-use support::procs::{Kind, Layout, Procs};
+use support::clients::{connect, open, Acked};
+use support::eventually;
+use support::procs::{procs, Ensemble, Layout, Role};
 use zookeeper_client as zk;
 
 /// Whether an error means "no answer" (the connection broke or the member
@@ -201,7 +200,7 @@ async fn tree_of(target: &str, parent: &str) -> BTreeMap<String, Vec<u8>> {
 /// offer) on a raw session; the caller synced `target` first.
 async fn all_children_number(target: &str, path: &str) -> i32 {
     use rzk_wire::{GetAllChildrenNumberRequest, Request, Response};
-    let (mut raw, _) = common::Raw::connect(target.parse().unwrap(), 10_000).await;
+    let (mut raw, _) = support::Raw::connect(target.parse().unwrap(), 10_000).await;
     let r = raw
         .call(Request::GetAllChildrenNumber(GetAllChildrenNumberRequest {
             path: path.into(),
@@ -216,7 +215,7 @@ async fn all_children_number(target: &str, path: &str) -> i32 {
 /// Creates `/load`, `/chain` and `/barrier` on the leader (through `setup`),
 /// then checks that `sync` on every observer is a barrier (I6b): `rounds`
 /// times, a read after it sees the value the leader acknowledged before it.
-async fn parents_and_barrier(ens: &Procs, setup: &zk::Client, observers: &[usize], rounds: u32) {
+async fn parents_and_barrier(ens: &Ensemble, setup: &zk::Client, observers: &[usize], rounds: u32) {
     setup.create("/load", b"", &open()).await.unwrap();
     setup.create("/chain", b"", &open()).await.unwrap();
     setup.create("/barrier", b"0", &open()).await.unwrap();
@@ -249,7 +248,7 @@ struct Load {
 }
 
 impl Load {
-    fn start(ens: &Procs, targets: Vec<String>, leader: usize, observers: &[usize]) -> Load {
+    fn start(ens: &Ensemble, targets: Vec<String>, leader: usize, observers: &[usize]) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let acked: Acked = Arc::default();
         let written = Arc::new(AtomicU64::new(0));
@@ -303,7 +302,7 @@ impl Load {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observers_get_every_write_in_order_through_kill_9_of_an_observer_and_a_follower() {
     let dir = tempfile::tempdir().unwrap();
-    let mut ens = Procs::new(
+    let mut ens = procs(
         dir.path(),
         &Layout::voters(3).observers(2).set("snapCount", 400),
     );
@@ -362,7 +361,7 @@ async fn observers_get_every_write_in_order_through_kill_9_of_an_observer_and_a_
 /// leader's (count and data), holds every acknowledged write, and the whole
 /// tree has as many znodes as the leader's.
 async fn same_as_leader(
-    ens: &Procs,
+    ens: &Ensemble,
     leader: usize,
     observers: &[usize],
     acked: &Acked,
@@ -413,7 +412,7 @@ async fn same_as_leader(
 }
 
 /// Waits until `srvr` on `m` says it is not serving.
-async fn stops_serving(m: &support::procs::Proc) {
+async fn stops_serving(m: &support::procs::Member) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let srvr = m.four_letter("srvr").await;
@@ -432,7 +431,7 @@ async fn stops_serving(m: &support::procs::Proc) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observers_never_make_a_quorum() {
     let dir = tempfile::tempdir().unwrap();
-    let mut ens = Procs::new(dir.path(), &Layout::voters(3).observers(2));
+    let mut ens = procs(dir.path(), &Layout::voters(3).observers(2));
     ens.spawn_all();
     let leader = ens.settled().await;
     let observers = ens.observers();
@@ -488,14 +487,14 @@ async fn observers_never_make_a_quorum() {
     }
     // Still not serving: the observers did not elect anything meanwhile.
     for o in &observers {
-        assert_eq!(ens.members[*o].kind, Kind::Observer);
+        assert_eq!(ens.members[*o].role, Role::Observer);
         stops_serving(&ens.members[*o]).await;
     }
 
     // One voter back: a quorum of two, and everything serves again.
     ens.members[other].spawn();
     let leader = ens.settled().await;
-    assert_ne!(ens.members[leader].kind, Kind::Observer);
+    assert_ne!(ens.members[leader].role, Role::Observer);
     let c = connect(&ens.members[observers[1]].addr()).await;
     c.create("/after", b"y", &open()).await.unwrap();
     c.sync("/").await.unwrap();
@@ -505,7 +504,7 @@ async fn observers_never_make_a_quorum() {
 
 /// The member an observer takes its committed stream from (`mntr`'s
 /// `observer_master_id`, ZooKeeper 3.8's name), once it reports one.
-async fn observer_master_of(m: &support::procs::Proc) -> Option<u64> {
+async fn observer_master_of(m: &support::procs::Member) -> Option<u64> {
     m.mntr_row("observer_master_id")
         .await
         .and_then(|v| v.parse().ok())
@@ -513,7 +512,7 @@ async fn observer_master_of(m: &support::procs::Proc) -> Option<u64> {
 
 /// Waits (60 s at most) until observer `o` follows a member that `ok` accepts;
 /// returns that member's server id.
-async fn follows(ens: &Procs, o: usize, what: &str, ok: impl Fn(u64) -> bool) -> u64 {
+async fn follows(ens: &Ensemble, o: usize, what: &str, ok: impl Fn(u64) -> bool) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(id) = observer_master_of(&ens.members[o])
@@ -557,7 +556,7 @@ async fn observers_on_a_followers_observer_master_and_on_the_leader_through_its_
             layout = layout.set_for(member, &format!("observerMasterPort.{id}"), port);
         }
     }
-    let mut ens = Procs::new(dir.path(), &layout);
+    let mut ens = procs(dir.path(), &layout);
     ens.spawn_all();
     let leader = ens.settled().await;
     let leader_id = ens.members[leader].id;
@@ -632,14 +631,14 @@ async fn an_observer_leaves_a_stopped_observer_master() {
     for (id, port) in (1..=3).zip(&ports) {
         layout = layout.set(&format!("observerMasterPort.{id}"), port);
     }
-    let mut ens = Procs::new(dir.path(), &layout);
+    let mut ens = procs(dir.path(), &layout);
     ens.spawn_all();
     let leader = ens.settled().await;
     let leader_id = ens.members[leader].id;
     let o = ens.observers()[0];
     let first = follows(&ens, o, "a follower", |id| id != leader_id && id <= 3).await;
     let served = (0..3).find(|i| ens.members[*i].id == first).unwrap();
-    ens.members[served].signal("STOP");
+    ens.members[served].pause();
     let next = follows(&ens, o, "another member", |id| id != first).await;
     // Writes on the leader reach the observer again.
     let w = connect(&ens.members[leader].addr()).await;
@@ -648,6 +647,6 @@ async fn an_observer_leaves_a_stopped_observer_master() {
     r.sync("/after-stop").await.unwrap();
     assert_eq!(r.get_data("/after-stop").await.unwrap().0, b"x");
     eprintln!("observer moved from stopped {first} to {next}");
-    ens.members[served].signal("CONT");
+    ens.members[served].resume();
     drop(ports);
 }

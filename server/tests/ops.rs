@@ -1,16 +1,16 @@
 //! Data tree operations, multi, ACLs, containers and TTL nodes (issue items
 //! 2, 3 and 5), checked with exact error codes on the wire.
-mod common;
+mod support;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::*;
 use rzk_wire::multi::{MultiOp, MultiResult};
 use rzk_wire::{
     Acl, CheckVersionRequest, CreateRequest, CreateTtlRequest, DeleteRequest, ErrorCode, Id,
     MultiRequest, OpCode, Perms, Request, Response, SetAclRequest, SetDataRequest,
 };
+use support::*;
 
 fn create_acl(path: &str, acl: Vec<Acl>, flags: i32) -> Request {
     Request::Create(CreateRequest {

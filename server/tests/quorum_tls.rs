@@ -8,7 +8,7 @@
 //! Members run inside the test process on 127.0.0.1, ports from binding port 0.
 //! Certificates are made here with rcgen.
 
-mod ensemble_support;
+mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -126,7 +126,7 @@ struct Member {
     /// fails the config), so it is held for the test.
     _election: rzk_testkit::ports::Port,
     dir: PathBuf,
-    running: Option<ensemble_support::Running>,
+    running: Option<support::server::Running>,
 }
 
 struct Ensemble {
@@ -200,7 +200,7 @@ impl Ensemble {
         extra: &[(String, String)],
     ) {
         let config = self.config(i, extra);
-        self.members[i].running = Some(ensemble_support::spawn_member(config, client, quorum));
+        self.members[i].running = Some(support::server::spawn_member(config, client, quorum));
     }
 
     async fn stop(&mut self, i: usize) {

@@ -2,13 +2,14 @@
 //! elections, learner syncs, fsyncs and snapshots, and rzk's own, move when
 //! their event happens, in `mntr`, in the Prometheus `/metrics` and in the
 //! AdminServer (`monitor`, `last_snapshot`).
-mod ensemble_support;
-mod opskit;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use ensemble_support::{client, run_trapped, Ensemble};
-use opskit::{free_port, http_get, Rzk};
+use support::clients::{client_at, http_get};
+use support::procs::{free_port, Rzk};
+use support::server::Ensemble;
+use support::{four_letter, run_trapped};
 use zookeeper_client as zk;
 
 fn open() -> zk::CreateOptions<'static> {
@@ -108,7 +109,7 @@ async fn standalone_election_fsync_and_snapshot_are_counted_everywhere() {
     assert!(sample(&body, "rzk_last_snapshot_bytes") > 0.0, "{body}");
 
     // mntr and the AdminServer's monitor carry the same rows.
-    let mntr = opskit::four_letter(&server.addr(), "mntr").await;
+    let mntr = four_letter(&server.addr(), "mntr").await;
     assert!(mntr_num(&mntr, "cnt_snapshottime") >= 1.0, "{mntr}");
     assert!(mntr_num(&mntr, "cnt_election_time") >= 1.0, "{mntr}");
     assert!(mntr_num(&mntr, "cnt_fsynctime") >= 1.0, "{mntr}");
@@ -181,7 +182,7 @@ fn ensemble_counts_elections_snap_syncs_and_commits() {
                 std::fs::remove_file(&path).unwrap();
             }
         }
-        let c = client(
+        let c = client_at(
             &e.members[leader].client.to_string(),
             Duration::from_secs(10),
         )
@@ -255,12 +256,12 @@ async fn the_log_window_from_zoo_cfg_bounds_the_entries_held() {
         }
         let mut server = Rzk::spawn(dir.path(), &lines);
         server.wait_ready().await;
-        let c = client(&server.addr(), Duration::from_secs(10)).await;
+        let c = client_at(&server.addr(), Duration::from_secs(10)).await;
         for i in 0..300 {
             c.create(&format!("/w{i}"), b"x", &open()).await.unwrap();
         }
         // Every create was answered, so applied: the window has been trimmed.
-        let mntr = opskit::four_letter(&server.addr(), "mntr").await;
+        let mntr = four_letter(&server.addr(), "mntr").await;
         let (_, _, body) = http_get(&format!("127.0.0.1:{mport}"), "/metrics").await;
         assert!(
             body.contains("# TYPE rzk_log_window_dropped counter\n"),

@@ -5,14 +5,14 @@
 //! The newest snapshot is loaded while the log is recovered, from the pass
 //! that checks its checksum; one whose checksum fails is never loaded: the
 //! member falls back to the snapshot before it and the log after that.
-mod common;
+mod support;
 
 use rzk_testkit::ports::{reserve, Port};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use support::*;
 use zookeeper_client as zk;
 
 /// An `rzk` child process on `dir/data`, its log in `dir/<log_name>`.

@@ -5,18 +5,16 @@
 //!
 //! In-process members (real gRPC between them on loopback) and an
 //! independent client, the `zookeeper-client` crate.
-mod common;
-mod ensemble_support;
-mod rollover_support;
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ensemble_support::Ensemble;
-use rollover_support::{
-    summarize, verify, wait_for_epoch, wait_for_epoch_clean, Phase, Progress, Standalone, Workload,
-};
 use rzk_zxid::{CounterLimit, Zxid};
+use support::rollover::{
+    summarize, verify, wait_for_epoch, wait_for_epoch_clean, Phase, Progress, Workload,
+};
+use support::server::{Ensemble, Standalone};
 
 /// A value of a `mntr` row.
 fn mntr_value(mntr: &str, key: &str) -> Option<String> {
@@ -139,8 +137,8 @@ async fn standalone_rolls_over_across_a_restart_without_client_error() {
 /// each once it has applied the rollover; its next write gets a larger zxid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_ahead_of_a_member_across_the_rollover_is_refused_until_the_member_applies_it() {
-    use common::{create_req, Raw};
     use rzk_wire::client::Incoming;
+    use support::{create_req, Raw};
 
     let dir = tempfile::tempdir().unwrap();
     let limit = LIMIT.to_string();

@@ -24,7 +24,6 @@
 //!
 //! `RZK_ROLLOVER_LIMIT` sets the counter limit (default 64; CI's rollover stage
 //! runs 1000).
-mod rollover_support;
 mod support;
 
 use std::path::Path;
@@ -32,11 +31,11 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rollover_support::{
+use rzk_zxid::{CounterLimit, Zxid};
+use support::procs::{procs, Ensemble, Layout, Member};
+use support::rollover::{
     summarize, verify, wait_for_epoch, wait_for_epoch_clean, Phase, Progress, SessionLog, Workload,
 };
-use rzk_zxid::{CounterLimit, Zxid};
-use support::procs::{Layout, Proc, Procs};
 use zookeeper_client as zk;
 
 fn limit() -> u32 {
@@ -47,8 +46,8 @@ fn limit() -> u32 {
 }
 
 /// Three voters at the counter limit `limit`, all started.
-fn start(root: &Path, limit: u32) -> Procs {
-    let mut ens = Procs::new(root, &Layout::voters(3).set("rzk.zxid.counterLimit", limit));
+fn start(root: &Path, limit: u32) -> Ensemble {
+    let mut ens = procs(root, &Layout::voters(3).set("rzk.zxid.counterLimit", limit));
     ens.spawn_all();
     ens
 }
@@ -59,7 +58,7 @@ fn row(mntr: &str, key: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-async fn looking_count(m: &Proc) -> u64 {
+async fn looking_count(m: &Member) -> u64 {
     let mntr = m.four_letter("mntr").await;
     row(&mntr, "looking_count")
         .unwrap_or_else(|| panic!("no looking_count in mntr of member {}:\n{mntr}", m.id))
@@ -67,12 +66,12 @@ async fn looking_count(m: &Proc) -> u64 {
         .unwrap()
 }
 
-async fn last_durable(m: &Proc) -> Option<Zxid> {
+async fn last_durable(m: &Member) -> Option<Zxid> {
     row(&m.four_letter("mntr").await, "rzk_last_durable_zxid").and_then(|z| z.parse().ok())
 }
 
 /// Waits until `m`'s durable log reaches at least `z`.
-async fn durable_at_least(m: &Proc, z: Zxid, what: &str) {
+async fn durable_at_least(m: &Member, z: Zxid, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if last_durable(m).await.is_some_and(|d| d >= z) {
@@ -90,7 +89,7 @@ async fn durable_at_least(m: &Proc, z: Zxid, what: &str) {
 
 /// Waits until `m` has persisted acceptedEpoch `epoch` (the fence of a
 /// rollover proposal, I3).
-async fn fenced(m: &Proc, epoch: rzk_zxid::Epoch) {
+async fn fenced(m: &Member, epoch: rzk_zxid::Epoch) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let accepted: Option<u32> =
@@ -114,7 +113,7 @@ async fn write_up_to_the_rollover(probe: &zk::Client, limit: u32, n: &mut u32) -
     loop {
         *n += 1;
         let (stat, _) = probe
-            .create(&format!("/probe/x{n}"), b"", &rollover_support::open())
+            .create(&format!("/probe/x{n}"), b"", &support::rollover::open())
             .await
             .expect("a probe write");
         let z = Zxid::from_i64(stat.czxid);
@@ -131,7 +130,7 @@ async fn write_up_to_the_rollover(probe: &zk::Client, limit: u32, n: &mut u32) -
 
 /// After the run: every acknowledged write on every member, zxids only grew
 /// on every session, `/probe` the same everywhere, and `absent` nowhere.
-async fn check_history(members: &[Proc], logs: &[SessionLog], absent: &[&str]) {
+async fn check_history(members: &[Member], logs: &[SessionLog], absent: &[&str]) {
     let s = summarize(logs, CounterLimit::new(limit()));
     eprintln!("{s:?}");
     assert_eq!(s.order_violations, 0, "zxids not increasing on a session");
@@ -146,7 +145,7 @@ async fn check_history(members: &[Proc], logs: &[SessionLog], absent: &[&str]) {
     for m in members {
         let problems = verify(&m.client.to_string(), "/rollover", logs).await;
         assert!(problems.is_empty(), "member {}: {problems:?}", m.id);
-        let c = rollover_support::connect(&m.client.to_string(), Duration::from_secs(10)).await;
+        let c = support::rollover::connect(&m.client.to_string(), Duration::from_secs(10)).await;
         c.sync("/").await.unwrap();
         let mut children = match c.get_children("/probe").await {
             Ok((children, _)) => children,
@@ -217,9 +216,9 @@ async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing()
     let mut ens = start(dir.path(), limit);
     ens.settled().await;
     let all = ens.connect_string();
-    let setup = rollover_support::connect(&all, Duration::from_secs(10)).await;
+    let setup = support::rollover::connect(&all, Duration::from_secs(10)).await;
     setup
-        .create("/probe", b"", &rollover_support::open())
+        .create("/probe", b"", &support::rollover::open())
         .await
         .unwrap();
     let progress = Arc::new(Progress::default());
@@ -240,7 +239,7 @@ async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing()
     // after the leader, so no one else ever has R.
     progress.pause(32).await;
     let leader = ens.settled().await;
-    let probe = rollover_support::connect(
+    let probe = support::rollover::connect(
         &ens.members[leader].client.to_string(),
         Duration::from_secs(10),
     )
@@ -249,7 +248,7 @@ async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing()
     let r = Zxid::new(before.epoch(), limit.into());
     let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
     for f in &followers {
-        ens.members[*f].signal("STOP");
+        ens.members[*f].pause();
     }
     // R and three writes of the next epoch behind it, sent in this order on
     // one session (the client sends each request when it is called): the
@@ -258,7 +257,7 @@ async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing()
     let pending = {
         let probe = probe.clone();
         tokio::spawn(async move {
-            let o = rollover_support::open();
+            let o = support::rollover::open();
             let (r, a, b, c) = tokio::join!(
                 probe.create("/probe/rollover-a", b"", &o),
                 probe.create("/probe/next-a1", b"", &o),
@@ -290,9 +289,9 @@ async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing()
     ens.settled().await;
     // The survivors never saw R: they lead epoch e+1, the epoch the old
     // leader fenced for itself.
-    let fresh = rollover_support::connect(&all, Duration::from_secs(10)).await;
+    let fresh = support::rollover::connect(&all, Duration::from_secs(10)).await;
     let (stat, _) = fresh
-        .create("/probe/after-a", b"", &rollover_support::open())
+        .create("/probe/after-a", b"", &support::rollover::open())
         .await
         .expect("a write after the failover");
     // Usually the survivors lead epoch e+1, the epoch only the dead leader
@@ -314,14 +313,14 @@ async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing()
     // B: R committed, the leader already writing the next epoch.
     progress.pause(32).await;
     let leader = ens.settled().await;
-    let probe = rollover_support::connect(
+    let probe = support::rollover::connect(
         &ens.members[leader].client.to_string(),
         Duration::from_secs(10),
     )
     .await;
     write_up_to_the_rollover(&probe, limit, &mut n).await;
     let (stat, _) = probe
-        .create("/probe/rollover-b", b"", &rollover_support::open())
+        .create("/probe/rollover-b", b"", &support::rollover::open())
         .await
         .expect("R");
     let r = Zxid::from_i64(stat.czxid);
@@ -335,7 +334,7 @@ async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing()
     // A quorum fenced e+1 before R committed: the new leader's epoch is later.
     let after = progress.max_zxid();
     let (stat, _) = fresh
-        .create("/probe/after-b", b"", &rollover_support::open())
+        .create("/probe/after-b", b"", &support::rollover::open())
         .await
         .expect("a write after the failover");
     assert!(

@@ -3,14 +3,15 @@
 //! printed after their checksum is checked, damage reported with the file and
 //! offset, and nothing in the directory changed by a dump (read-only, even
 //! where a start would cut a torn tail).
-mod opskit;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use opskit::{four_letter, Rzk};
+use support::four_letter;
+use support::procs::Rzk;
 use zookeeper_client as zk;
 
 fn rzk(args: &[&std::ffi::OsStr]) -> (bool, String, String) {

@@ -1,13 +1,13 @@
 //! Sessions (issue item 1): handshake and timeout negotiation, resume with
 //! the password, expiry with ephemerals and watches, closeSession, the
 //! lastZxidSeen check, pipelining behind the ConnectRequest.
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::*;
 use rzk_wire::client::Incoming;
 use rzk_wire::{ErrorCode, EventType, OpCode, Request, Response};
+use support::*;
 use zookeeper_client as zk;
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! A first end-to-end check with a real client.
-mod common;
+mod support;
 
-use common::*;
+use support::*;
 use zookeeper_client as zk;
 
 #[tokio::test]

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::client::{assert_acked_on_every_member, connect, open, Acked};
-use support::procs::{field, row, Layout, Procs};
+use support::clients::{assert_acked_on_every_member, connect, open, Acked};
+use support::procs::{field, procs, row, Ensemble, Layout};
 use zookeeper_client as zk;
 
 /// The state the follower is sent: `BIG_NODES` znodes of `BIG_NODE_BYTES`.
@@ -34,7 +34,7 @@ const BIG_NODE_BYTES: usize = 1_000_000;
 const WITHIN: Duration = Duration::from_secs(30);
 
 /// A numeric `mntr` row of a member (0 when it does not answer).
-async fn mntr_num(p: &support::procs::Proc, key: &str) -> u64 {
+async fn mntr_num(p: &support::procs::Member, key: &str) -> u64 {
     let mntr = p.four_letter("mntr").await;
     match row(&mntr, key) {
         Some(v) => v.trim().parse().unwrap_or_else(|_| panic!("zk_{key}: {v}")),
@@ -44,14 +44,14 @@ async fn mntr_num(p: &support::procs::Proc, key: &str) -> u64 {
 }
 
 /// A member's last zxid (`srvr`), if it answers.
-async fn zxid(p: &support::procs::Proc) -> Option<u64> {
+async fn zxid(p: &support::procs::Member) -> Option<u64> {
     let srvr = p.four_letter("srvr").await;
     let hex = field(&srvr, "Zxid:")?.strip_prefix("0x")?;
     u64::from_str_radix(hex, 16).ok()
 }
 
 /// The zxid of a member's newest snapshot (`mntr`), if it has one.
-async fn last_snapshot_zxid(p: &support::procs::Proc) -> Option<u64> {
+async fn last_snapshot_zxid(p: &support::procs::Member) -> Option<u64> {
     let mntr = p.four_letter("mntr").await;
     let hex = row(&mntr, "rzk_last_snapshot_zxid")?
         .trim()
@@ -61,7 +61,7 @@ async fn last_snapshot_zxid(p: &support::procs::Proc) -> Option<u64> {
 
 /// Waits until `cond` holds, up to [`WITHIN`]; panics naming `what`, with
 /// every member's log tail.
-async fn until<F, Fut>(ens: &Procs, what: &str, mut cond: F)
+async fn until<F, Fut>(ens: &Ensemble, what: &str, mut cond: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -121,7 +121,7 @@ async fn a_snap_transfer_outlives_the_leaders_newer_snapshots() {
         // The follower's sync (loading its own state, then the SNAP) has
         // 10 s before the leader gives up on it.
         .set("initLimit", 50);
-    let mut ens = Procs::new(root.path(), &layout);
+    let mut ens = procs(root.path(), &layout);
     ens.spawn_all();
     let leader = ens.settled().await;
     let f = (leader + 1) % 3;
@@ -181,13 +181,13 @@ async fn a_snap_transfer_outlives_the_leaders_newer_snapshots() {
         async move { mntr_num(m, "snap_count").await > snaps_sent }
     })
     .await;
-    ens.members[f].signal("STOP");
+    ens.members[f].pause();
     until(&ens, "a SNAP transfer outlived a newer snapshot", || {
         let m = &ens.members[leader];
         async move { mntr_num(m, "rzk_snap_outlived_snapshot_count").await >= 1 }
     })
     .await;
-    ens.members[f].signal("CONT");
+    ens.members[f].resume();
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         w.await.expect("a writer panicked");

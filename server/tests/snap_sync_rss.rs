@@ -14,7 +14,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
-use support::procs::{field, Layout, Procs};
+use support::procs::{field, procs, Layout};
 use zookeeper_client as zk;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -31,7 +31,7 @@ async fn snap_sync_of_a_million_znodes_peak_rss() {
         .set("syncLimit", 20)
         .set("minSessionTimeout", 1000)
         .set("snapCount", 400_000);
-    let mut ens = Procs::new(root.path(), &layout);
+    let mut ens = procs(root.path(), &layout);
     let ms = &mut ens.members;
     // Two of three members form the quorum; the third joins later, empty.
     ms[0].spawn();

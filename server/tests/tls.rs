@@ -5,14 +5,14 @@
 //! each with a log line while other sessions are served, and
 //! `client.certReload`. Certificates are made here with rcgen; no key is
 //! checked in.
-mod common;
+mod support;
 
 use rzk_testkit::ports::{reserve, Port};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::eventually;
+use support::eventually;
 use zookeeper_client as zk;
 
 /// A CA and what it signs.

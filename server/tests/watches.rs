@@ -1,16 +1,16 @@
 //! Watches (issue item 4): event types and paths, notification before reply,
 //! persistent and recursive watches, checkWatches/removeWatches, setWatches
 //! catch-up after a reconnect.
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::*;
 use rzk_wire::client::Incoming;
 use rzk_wire::{
     AddWatchMode, AddWatchRequest, ErrorCode, EventType, ExistsRequest, GetChildrenRequest,
     GetDataRequest, OpCode, Request, SetDataRequest, WatcherType,
 };
+use support::*;
 use zookeeper_client as zk;
 
 fn get_data(p: &str, watch: bool) -> Request {

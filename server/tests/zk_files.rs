@@ -2,13 +2,14 @@
 //! real Apache ZooKeeper 3.8 under a load with every node type (ignored here:
 //! it needs Java and Debian's zookeeper package; `.ci/stages/45-ops.sh` runs
 //! it), and their errors on truncated and corrupted copies.
-mod opskit;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use opskit::{four_letter, free_port};
+use support::four_letter;
+use support::procs::free_port;
 use zookeeper_client as zk;
 
 fn rzk(args: &[&std::ffi::OsStr]) -> (bool, String, String) {

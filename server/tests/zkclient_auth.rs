@@ -1,10 +1,10 @@
 //! The `zookeeper-client` crate with digest auth: given at connect (sent right
 //! behind the ConnectRequest, before its answer) and added later with `auth`.
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::*;
+use support::*;
 use zookeeper_client as zk;
 
 #[tokio::test]

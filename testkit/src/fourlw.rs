@@ -48,7 +48,8 @@ pub fn four_letter(addr: SocketAddr, word: &str) -> Option<String> {
 
 /// [`four_letter`] on tokio: the same exchange and bound, without blocking a
 /// runtime thread (servers inside the test process answer on that runtime).
-pub async fn four_letter_async(addr: SocketAddr, word: &str) -> Option<String> {
+/// `addr` is anything tokio resolves (`SocketAddr`, `"127.0.0.1:2181"`).
+pub async fn four_letter_async(addr: impl tokio::net::ToSocketAddrs, word: &str) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let attempt = async {
         let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;

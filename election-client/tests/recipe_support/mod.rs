@@ -1,14 +1,15 @@
 //! Harness of the recipe tests against real servers (`tests/recipes_zk.rs`).
 //!
-//! - [`Cluster`]: the servers a test runs against, each a process this harness starts
-//!   on a free loopback port with its own data directory, and can kill and start again
-//!   on the same port and data (a restart). Apache ZooKeeper 3.8 (Debian `zookeeper`) by
-//!   default; the rzk server when `RZK_TEST_RZK_BIN` names its binary, or when
-//!   `RZK_TEST_ZK` is set (the rzk pass of `.ci/stages/30-election-client.sh`) and
-//!   `${CARGO_TARGET_DIR:-target}/release/rzk` exists. A test takes the cluster's
-//!   multi-host connect string and its [`Cluster::kill_leader`] hook, so the same test
-//!   runs on one member or on an ensemble ([`Cluster::ensemble`], of the same program:
-//!   both read the same zoo.cfg with `server.N` lines and a `myid`).
+//! - [`Cluster`]: the servers a test runs against, processes started by
+//!   `rzk_testkit::ensemble` on reserved loopback ports, each with its own data
+//!   directory, killed and started again on the same port and data (a restart). Apache
+//!   ZooKeeper 3.8 (Debian `zookeeper`) by default; the rzk server when
+//!   `RZK_TEST_RZK_BIN` names its binary, or when `RZK_TEST_ZK` is set (the rzk pass of
+//!   `.ci/stages/30-election-client.sh`) and `${CARGO_TARGET_DIR:-target}/release/rzk`
+//!   exists. A test takes the cluster's multi-host connect string and its
+//!   [`Cluster::kill_leader`] hook, so the same test runs on one member or on an
+//!   ensemble ([`Cluster::ensemble`], of the same program: both read the same zoo.cfg
+//!   with `server.N` lines and a `myid`).
 //! - [`Link`]: one TCP proxy per member in front of one client, cut, black-holed or
 //!   passed as a whole (a client's partition).
 //! - Helpers: connect, wait for a condition with a deadline, unique paths, a fresh
@@ -16,299 +17,168 @@
 
 #![allow(dead_code)]
 
-use rzk_testkit::ports::{reserve, Port};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
 use rzk_election_client::{Client, ClientConfig, Error, Stat};
+use rzk_testkit::ensemble::{Ensemble, Layout, Member, Program};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// Which server program.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Program {
-    /// Apache ZooKeeper 3.8 from /usr/share/java.
-    ZooKeeper,
-    /// The rzk binary at this path.
-    Rzk(PathBuf),
+/// The server program the environment asks for (see the module docs).
+pub fn program_from_env() -> Program {
+    if let Ok(bin) = std::env::var("RZK_TEST_RZK_BIN") {
+        return Program::rzk(bin);
+    }
+    if std::env::var("RZK_TEST_ZK").is_ok() {
+        let target = std::env::var("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+        let bin = target.join("release/rzk");
+        assert!(
+            bin.exists(),
+            "RZK_TEST_ZK is set but {} does not exist: these tests restart their server, \
+             so they start their own; build it (cargo build --release -p rzk-server) or \
+             set RZK_TEST_RZK_BIN",
+            bin.display()
+        );
+        return Program::rzk(bin);
+    }
+    // Empty containers reaped every 500 ms (so "the parent was collected" happens
+    // within a test), and TTL nodes, in either mode.
+    Program::zookeeper()
+        .jvm_arg("-Dznode.container.checkIntervalMs=500")
+        .jvm_arg("-Dzookeeper.extendedTypesEnabled=true")
 }
 
-impl Program {
-    /// The program the environment asks for (see the module docs).
-    pub fn from_env() -> Program {
-        if let Ok(bin) = std::env::var("RZK_TEST_RZK_BIN") {
-            return Program::Rzk(PathBuf::from(bin));
-        }
-        if std::env::var("RZK_TEST_ZK").is_ok() {
-            let target = std::env::var("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-            let bin = target.join("release/rzk");
-            assert!(
-                bin.exists(),
-                "RZK_TEST_ZK is set but {} does not exist: these tests restart their server, \
-                 so they start their own; build it (cargo build --release -p rzk-server) or \
-                 set RZK_TEST_RZK_BIN",
-                bin.display()
-            );
-            return Program::Rzk(bin);
-        }
-        Program::ZooKeeper
-    }
-
-    /// A short name for reports.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Program::ZooKeeper => "Apache ZooKeeper 3.8",
-            Program::Rzk(_) => "rzk",
-        }
-    }
-}
-
-/// One server process (a standalone server or an ensemble member).
-pub struct Server {
-    pub program: Program,
-    pub id: u32,
-    pub port: u16,
-    dir: PathBuf,
-    child: Option<Child>,
-    /// Its client, quorum and election ports (only the client port when
-    /// standalone), held while the cluster lives (`rzk_testkit::ports`): a
-    /// restarted member finds them free.
-    _ports: Vec<Port>,
-}
-
-impl Server {
-    pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("server.log"))
-            .expect("log");
-        let mut cmd = match &self.program {
-            Program::ZooKeeper => {
-                let mut c = Command::new("java");
-                c.arg("-Dzookeeper.admin.enableServer=false")
-                    .arg("-Dznode.container.checkIntervalMs=500")
-                    .arg("-Dzookeeper.extendedTypesEnabled=true")
-                    .args(["-cp", "/usr/share/java/zookeeper.jar"]);
-                if self.id == 0 {
-                    c.arg("org.apache.zookeeper.server.ZooKeeperServerMain");
-                } else {
-                    c.arg("org.apache.zookeeper.server.quorum.QuorumPeerMain");
-                }
-                c.arg(self.dir.join("zoo.cfg"));
-                c
-            }
-            Program::Rzk(bin) => {
-                let mut c = Command::new(bin);
-                c.arg(self.dir.join("zoo.cfg"));
-                c
-            }
-        };
-        let child = cmd
-            .stdout(Stdio::from(log.try_clone().expect("log")))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", self.program.name()));
-        self.child = Some(child);
-    }
-
-    /// Wait until it answers `ruok`.
-    fn wait_up(&mut self) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while !ruok(&self.addr()) {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!(
-                    "{} exited ({status}): see {}",
-                    self.program.name(),
-                    self.dir.display()
-                );
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{} did not answer on {}: see {}",
-                self.program.name(),
-                self.addr(),
-                self.dir.display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Kill the process (SIGKILL: a crash), keep its data.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Start it again on the same port and data.
-    pub fn start_again(&mut self) {
-        assert!(self.child.is_none(), "still running");
-        self.spawn();
-    }
-
-    pub fn is_running(&self) -> bool {
-        self.child.is_some()
-    }
-
-    /// What `srvr` says its mode is (`standalone`, `leader`, `follower`).
-    pub fn mode(&self) -> Option<String> {
-        four_letter(&self.addr(), b"srvr")?
-            .lines()
-            .find_map(|l| l.strip_prefix("Mode: ").map(|m| m.trim().to_owned()))
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The servers of one test.
+/// The servers of one test: a standalone server or an ensemble. Dropping it kills
+/// them and removes their directories.
 pub struct Cluster {
-    pub members: Vec<Server>,
+    ens: Ensemble,
 }
 
 impl Cluster {
     /// One standalone server of the program the environment asks for.
     pub fn standalone() -> Cluster {
-        let program = Program::from_env();
-        let reserved = reserve();
-        let port = reserved.get();
-        let dir = scratch(port);
-        let cfg = format!(
-            "tickTime=500\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\n4lw.commands.whitelist=*\nadmin.enableServer=false\nzookeeper.extendedTypesEnabled=true\n",
-            dir.join("data").display()
-        );
-        std::fs::write(dir.join("zoo.cfg"), cfg).expect("zoo.cfg");
-        let mut s = Server {
-            program,
-            id: 0,
-            port,
-            dir,
-            child: None,
-            _ports: vec![reserved],
-        };
-        s.spawn();
-        s.wait_up();
-        Cluster { members: vec![s] }
+        let layout = Layout::standalone()
+            .tick_ms(500)
+            .set("maxClientCnxns", 0)
+            .set("zookeeper.extendedTypesEnabled", true);
+        Cluster::start(layout)
     }
 
     /// An ensemble of `n` members of the program the environment asks for, each on
     /// its own loopback client, quorum and election ports (rzk's gRPC uses the quorum
     /// port; it reads the election port and does not listen on it).
-    pub fn ensemble(n: u32) -> Cluster {
-        let program = Program::from_env();
-        let ports: Vec<(Port, Port, Port)> =
-            (0..n).map(|_| (reserve(), reserve(), reserve())).collect();
-        let servers: String = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (_, q, e))| format!("server.{}=127.0.0.1:{q}:{e}\n", i + 1))
-            .collect();
-        let mut members = Vec::new();
-        for (i, (client, q, e)) in ports.into_iter().enumerate() {
-            let id = i as u32 + 1;
-            let dir = scratch(client.get());
-            std::fs::write(dir.join("data/myid"), format!("{id}\n")).expect("myid");
-            let cfg = format!(
-                "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={client}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\n4lw.commands.whitelist=*\nadmin.enableServer=false\nznode.container.checkIntervalMs=500\n{servers}",
-                dir.join("data").display()
-            );
-            std::fs::write(dir.join("zoo.cfg"), cfg).expect("zoo.cfg");
-            let mut s = Server {
-                program: program.clone(),
-                id,
-                port: client.get(),
-                dir,
-                child: None,
-                _ports: vec![client, q, e],
-            };
-            s.spawn();
-            members.push(s);
-        }
-        let mut c = Cluster { members };
-        for m in c.members.iter_mut() {
-            m.wait_up();
+    pub fn ensemble(n: usize) -> Cluster {
+        let layout = Layout::voters(n)
+            .tick_ms(500)
+            .init_limit_ticks(20)
+            .sync_limit_ticks(10)
+            .set("maxClientCnxns", 0)
+            .set("znode.container.checkIntervalMs", 500)
+            .client_on_server_lines(false);
+        Cluster::start(layout)
+    }
+
+    fn start(layout: Layout) -> Cluster {
+        let root = scratch();
+        let mut ens = Ensemble::new(program_from_env(), &root, &layout);
+        ens.spawn_all();
+        let mut c = Cluster { ens };
+        for i in 0..c.ens.members.len() {
+            c.wait_up(i);
         }
         c.wait_leader();
         c
     }
 
     pub fn program(&self) -> &Program {
-        &self.members[0].program
+        &self.ens.program
+    }
+
+    /// How many servers.
+    pub fn size(&self) -> usize {
+        self.ens.members.len()
     }
 
     /// Every member, as a connect string.
     pub fn connect_string(&self) -> String {
-        self.members
-            .iter()
-            .map(Server::addr)
-            .collect::<Vec<_>>()
-            .join(",")
+        self.ens.connect_string()
     }
 
     pub fn addrs(&self) -> Vec<String> {
-        self.members.iter().map(Server::addr).collect()
+        self.ens.members.iter().map(Member::addr).collect()
     }
 
+    /// Waits (60 s at most) until member `i` answers `ruok`; panics with its log's
+    /// tail if it exits or does not.
+    fn wait_up(&mut self, i: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let name = program_name(&self.ens.program);
+        let m = &mut self.ens.members[i];
+        while m.four_letter_blocking("ruok") != "imok" {
+            if let Some(how) = m.exited() {
+                panic!("{name} {how}:\n{}", m.log_tail(40));
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} did not answer on {}:\n{}",
+                m.addr(),
+                m.log_tail(40)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits (60 s at most) until a member says it leads (a standalone server leads
+    /// itself); returns its index.
     fn wait_leader(&self) -> usize {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
-            for (i, m) in self.members.iter().enumerate() {
-                if m.is_running()
-                    && matches!(m.mode().as_deref(), Some("leader") | Some("standalone"))
-                {
-                    return i;
-                }
+            if let Some(i) = self.ens.leader_blocking() {
+                return i;
             }
-            assert!(std::time::Instant::now() < deadline, "no leader elected");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no leader elected:\n{}",
+                self.ens.log_tails(30)
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
     /// Kill every member and start them again (a full restart), waiting until they
-    /// serve again.
+    /// serve again. `down` is how long they stay down (part of the fault).
     pub fn restart(&mut self, down: Duration) {
-        for m in self.members.iter_mut() {
-            m.kill();
+        for m in self.ens.members.iter_mut() {
+            m.kill9();
         }
         std::thread::sleep(down);
-        for m in self.members.iter_mut() {
-            m.start_again();
-        }
-        for m in self.members.iter_mut() {
-            m.wait_up();
+        self.ens.spawn_all();
+        for i in 0..self.ens.members.len() {
+            self.wait_up(i);
         }
         self.wait_leader();
     }
 
     /// The "kill the leader" hook: kill the member that leads (a standalone server leads
-    /// itself), keep it down for `down`, start it again; returns which member it was.
+    /// itself), keep it down for `down` (part of the fault), start it again; returns
+    /// which member it was.
     pub fn kill_leader(&mut self, down: Duration) -> usize {
         let leader = self.wait_leader();
-        self.members[leader].kill();
+        self.ens.members[leader].kill9();
         std::thread::sleep(down);
-        self.members[leader].start_again();
-        self.members[leader].wait_up();
+        self.ens.members[leader].spawn();
+        self.wait_up(leader);
         let now = self.wait_leader();
-        if self.members.len() > 1 {
+        if self.ens.members.len() > 1 {
             println!(
                 "killed the leader (member {}); member {} leads now",
                 leader + 1,
@@ -319,25 +189,36 @@ impl Cluster {
     }
 }
 
-fn scratch(port: u16) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rzk-recipes-{}-{port}", std::process::id()));
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for m in self.ens.members.iter_mut() {
+            m.kill9();
+        }
+        let _ = std::fs::remove_dir_all(&self.ens.root);
+    }
+}
+
+/// `Apache ZooKeeper 3.8` or `rzk`, for reports.
+pub fn program_name(p: &Program) -> &'static str {
+    if p.is_zookeeper() {
+        "Apache ZooKeeper 3.8"
+    } else {
+        "rzk"
+    }
+}
+
+/// A fresh directory for one cluster's servers.
+fn scratch() -> PathBuf {
+    static N: Mutex<u32> = Mutex::new(0);
+    let n = {
+        let mut n = N.lock().expect("n");
+        *n += 1;
+        *n
+    };
+    let dir = std::env::temp_dir().join(format!("rzk-recipes-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("data")).expect("dir");
+    std::fs::create_dir_all(&dir).expect("dir");
     dir
-}
-
-fn four_letter(addr: &str, word: &[u8]) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(word).ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
-}
-
-fn ruok(addr: &str) -> bool {
-    four_letter(addr, b"ruok").as_deref() == Some("imok")
 }
 
 /// What a [`Link`] does with traffic.

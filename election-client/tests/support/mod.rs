@@ -4,14 +4,12 @@
 
 #![allow(dead_code)]
 
-use rzk_testkit::ports::{reserve, Port};
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rzk_election_client::{Client, ClientConfig, Error};
+use rzk_testkit::ensemble::{Ensemble, Layout, Program};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -20,52 +18,41 @@ use tokio::time::Instant;
 /// A ZooKeeper endpoint for one test.
 pub struct Zk {
     pub addr: String,
-    child: Option<Child>,
-    dir: Option<PathBuf>,
-    /// Its client port, held while it runs (`rzk_testkit::ports`).
-    _port: Option<Port>,
+    /// The server started here (none when `RZK_TEST_ZK` names one).
+    server: Option<Ensemble>,
 }
 
 impl Zk {
     /// `RZK_TEST_ZK` if set (the server is someone else's: the rzk server, a shared
-    /// ZooKeeper), else a fresh Apache ZooKeeper 3.8 on a free port with its own data
-    /// dir, stopped by PID when dropped.
+    /// ZooKeeper), else a fresh Apache ZooKeeper 3.8 (`rzk_testkit::ensemble`) on a
+    /// reserved port with its own data dir, killed when dropped.
     pub fn start() -> Zk {
         if let Ok(addr) = std::env::var("RZK_TEST_ZK") {
-            return Zk {
-                addr,
-                child: None,
-                dir: None,
-                _port: None,
-            };
+            return Zk { addr, server: None };
         }
-        let port = reserve();
-        let dir =
-            std::env::temp_dir().join(format!("rzk-eclient-zk-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(dir.join("data")).expect("zk dir");
-        let cfg = format!(
-            "tickTime=500\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\n4lw.commands.whitelist=*\nadmin.enableServer=false\n",
-            dir.join("data").display()
-        );
-        std::fs::write(dir.join("zoo.cfg"), cfg).expect("zoo.cfg");
-        let log = std::fs::File::create(dir.join("zk.log")).expect("log");
-        let child = Command::new("java")
-            .arg("-Dzookeeper.admin.enableServer=false")
-            // Reap empty containers every 500 ms, so "the parent was collected" happens
-            // within a test.
-            .arg("-Dznode.container.checkIntervalMs=500")
-            .args(["-cp", "/usr/share/java/zookeeper.jar"])
-            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
-            .arg(dir.join("zoo.cfg"))
-            .stdout(Stdio::from(log.try_clone().expect("log")))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("java (install the Debian packages zookeeper zookeeper-bin)");
-        let addr = format!("127.0.0.1:{port}");
+        static N: Mutex<u32> = Mutex::new(0);
+        let n = {
+            let mut n = N.lock().expect("n");
+            *n += 1;
+            *n
+        };
+        let dir = std::env::temp_dir().join(format!("rzk-eclient-zk-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("zk dir");
+        let layout = Layout::standalone().tick_ms(500).set("maxClientCnxns", 0);
+        // Reap empty containers every 500 ms, so "the parent was collected" happens
+        // within a test.
+        let program = Program::zookeeper().jvm_arg("-Dznode.container.checkIntervalMs=500");
+        let mut server = Ensemble::new(program, &dir, &layout);
+        server.spawn_all();
+        let m = &mut server.members[0];
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if ruok(&addr) {
-                break;
+        while m.four_letter_blocking("ruok") != "imok" {
+            if let Some(how) = m.exited() {
+                panic!(
+                    "ZooKeeper {how} (install the Debian packages zookeeper zookeeper-bin):\n{}",
+                    m.log_tail(40)
+                );
             }
             assert!(
                 std::time::Instant::now() < deadline,
@@ -75,37 +62,19 @@ impl Zk {
             std::thread::sleep(Duration::from_millis(50));
         }
         Zk {
-            addr,
-            child: Some(child),
-            dir: Some(dir),
-            _port: Some(port),
+            addr: m.addr(),
+            server: Some(server),
         }
     }
 }
 
 impl Drop for Zk {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if let Some(dir) = self.dir.take() {
-            let _ = std::fs::remove_dir_all(dir);
+        if let Some(mut server) = self.server.take() {
+            server.members[0].kill9();
+            let _ = std::fs::remove_dir_all(&server.root);
         }
     }
-}
-
-fn ruok(addr: &str) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-    if s.write_all(b"ruok").is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 4];
-    s.read_exact(&mut buf).is_ok() && &buf == b"imok"
 }
 
 /// What a [`Proxy`] does with traffic.

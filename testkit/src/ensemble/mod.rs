@@ -68,12 +68,49 @@ pub struct Ensemble {
     _ports: Vec<Port>,
 }
 
+/// Every member's addresses, chosen for a [`Layout`], with the reserved ports
+/// held while the plan lives; and the files each member reads. [`Ensemble`]
+/// runs processes from it; a test that runs its members inside its own
+/// process builds them from [`Plan::write_member`]'s pairs.
+pub struct Plan {
+    /// Every member's addresses, by id (index = id - 1).
+    pub addrs: Vec<Addrs>,
+    ports: Vec<Port>,
+}
+
+impl Plan {
+    /// Chooses every member's ports (reserved, or the layout's fixed ones).
+    pub fn new(layout: &Layout) -> Plan {
+        let (addrs, ports) = choose_addrs(layout);
+        Plan { addrs, ports }
+    }
+
+    /// Writes member `id`'s directory `dir`: its zoo.cfg and, in an ensemble,
+    /// `data/myid`. Returns the zoo.cfg's pairs.
+    pub fn write_member(
+        &self,
+        layout: &Layout,
+        id: u64,
+        dir: &Path,
+    ) -> std::io::Result<Vec<(String, String)>> {
+        let a = &self.addrs[(id - 1) as usize];
+        std::fs::create_dir_all(dir.join("data"))?;
+        if !layout.is_standalone() {
+            std::fs::write(dir.join("data").join("myid"), format!("{id}\n"))?;
+        }
+        let settings = layout.zoo_cfg(a, &self.addrs, dir);
+        std::fs::write(dir.join("zoo.cfg"), render(&settings))?;
+        Ok(settings)
+    }
+}
+
 impl Ensemble {
     /// Chooses the ports, writes every member's directory, zoo.cfg and `myid`
     /// under `root`; starts nothing. Panics if a file cannot be written.
     pub fn new(program: Program, root: &Path, layout: &Layout) -> Ensemble {
-        let (addrs, ports) = choose_addrs(layout);
-        let members = addrs
+        let plan = Plan::new(layout);
+        let members = plan
+            .addrs
             .iter()
             .map(|a| {
                 let dir = if layout.is_standalone() {
@@ -81,8 +118,18 @@ impl Ensemble {
                 } else {
                     root.join(format!("m{}", a.id))
                 };
-                write_member(&program, layout, a, &addrs, dir)
-                    .unwrap_or_else(|e| panic!("writing member {}: {e}", a.id))
+                let launch = plan.write_member(layout, a.id, &dir).and_then(|settings| {
+                    program.launch(
+                        &dir,
+                        &dir.join("zoo.cfg"),
+                        &settings,
+                        layout.is_standalone(),
+                    )
+                });
+                match launch {
+                    Ok(launch) => Member::new(a, dir, launch),
+                    Err(e) => panic!("writing member {}: {e}", a.id),
+                }
             })
             .collect();
         Ensemble {
@@ -90,7 +137,7 @@ impl Ensemble {
             program,
             root: root.to_path_buf(),
             standalone: layout.is_standalone(),
-            _ports: ports,
+            _ports: plan.ports,
         }
     }
 
@@ -134,7 +181,7 @@ impl Ensemble {
                 modes.push(m.running().then_some(m.mode().await).flatten());
             }
             let view = self.view(&modes);
-            if let Some(leader) = settled(&view, self.standalone) {
+            if let Some(leader) = leader_if_settled(&view, self.standalone) {
                 return leader;
             }
             if Instant::now() > deadline {
@@ -149,7 +196,9 @@ impl Ensemble {
     /// with the log tails.
     pub fn wait_settled_blocking(&mut self, within: Duration) -> Result<usize, String> {
         let standalone = self.standalone;
-        self.wait_blocking(within, "settled", |view| settled(view, standalone))
+        self.wait_blocking(within, "settled", |view| {
+            leader_if_settled(view, standalone)
+        })
     }
 
     /// Waits until every running member answers `srvr` with a mode (it
@@ -251,10 +300,11 @@ impl Ensemble {
     }
 }
 
-/// The leader's index if `view` is settled: exactly one running voter leads
-/// (says `standalone`, for a standalone server), every other running voter
-/// follows, every running observer observes.
-fn settled(view: &[(Role, bool, Option<String>)], standalone: bool) -> Option<usize> {
+/// The leader's index if `view` ((role, running, `srvr` mode) of every
+/// member) is settled: exactly one running voter leads (says `standalone`, for
+/// a standalone server), every other running voter follows, every running
+/// observer observes.
+pub fn leader_if_settled(view: &[(Role, bool, Option<String>)], standalone: bool) -> Option<usize> {
     let mut leaders = Vec::new();
     for (i, (role, running, mode)) in view.iter().enumerate() {
         if !running {
@@ -324,25 +374,6 @@ fn choose_addrs(layout: &Layout) -> (Vec<Addrs>, Vec<Port>) {
         })
         .collect();
     (addrs, held)
-}
-
-/// Writes one member's directory, `myid` and zoo.cfg.
-fn write_member(
-    program: &Program,
-    layout: &Layout,
-    a: &Addrs,
-    all: &[Addrs],
-    dir: PathBuf,
-) -> std::io::Result<Member> {
-    std::fs::create_dir_all(dir.join("data"))?;
-    if !layout.is_standalone() {
-        std::fs::write(dir.join("data").join("myid"), format!("{}\n", a.id))?;
-    }
-    let settings = layout.zoo_cfg(a, all, &dir);
-    let cfg = dir.join("zoo.cfg");
-    std::fs::write(&cfg, render(&settings))?;
-    let launch = program.launch(&dir, &cfg, &settings, layout.is_standalone())?;
-    Ok(Member::new(a, dir, launch))
 }
 
 #[cfg(test)]

@@ -232,28 +232,34 @@ fn settled_means_one_leader_followers_and_observers() {
     let o = |m: Option<&str>| (Role::Observer, true, m.map(str::to_owned));
     let down = (Role::Voter, false, None);
     assert_eq!(
-        settled(
+        leader_if_settled(
             &[v(Some("follower")), v(Some("leader")), o(Some("observer"))],
             false
         ),
         Some(1)
     );
     assert_eq!(
-        settled(&[v(Some("follower")), v(Some("follower"))], false),
+        leader_if_settled(&[v(Some("follower")), v(Some("follower"))], false),
         None
     );
     assert_eq!(
-        settled(&[v(Some("leader")), v(Some("leader"))], false),
+        leader_if_settled(&[v(Some("leader")), v(Some("leader"))], false),
         None
     );
-    assert_eq!(settled(&[v(Some("leader")), v(None)], false), None);
-    assert_eq!(settled(&[down, v(Some("leader"))], false), Some(1));
     assert_eq!(
-        settled(&[v(Some("leader")), o(Some("follower"))], false),
+        leader_if_settled(&[v(Some("leader")), v(None)], false),
         None
     );
-    assert_eq!(settled(&[v(Some("standalone"))], true), Some(0));
-    assert_eq!(settled(&[v(Some("standalone"))], false), None);
+    assert_eq!(
+        leader_if_settled(&[down, v(Some("leader"))], false),
+        Some(1)
+    );
+    assert_eq!(
+        leader_if_settled(&[v(Some("leader")), o(Some("follower"))], false),
+        None
+    );
+    assert_eq!(leader_if_settled(&[v(Some("standalone"))], true), Some(0));
+    assert_eq!(leader_if_settled(&[v(Some("standalone"))], false), None);
 }
 
 #[test]

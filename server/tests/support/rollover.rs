@@ -2,8 +2,9 @@
 //! deployment through its client ports only: independent `zookeeper-client`
 //! sessions that create nodes one after another, each checking that the zxids
 //! it is given only grow, and counting every error and every lost connection.
-//! After the run, [`verify`] reads every acknowledged node back.
-#![allow(dead_code)]
+//! After the run, [`verify`] reads every acknowledged node back. The servers
+//! are the test's: in-process ([`super::server`]) or processes
+//! ([`super::procs`]).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -471,115 +472,4 @@ pub async fn verify(connect: &str, root: &str, logs: &[SessionLog]) -> Vec<Strin
 
 async fn connect_client(connect: &str) -> zk::Client {
     self::connect(connect, Duration::from_secs(20)).await
-}
-
-/// A standalone server in this process that can restart on its port and data.
-pub struct Standalone {
-    pub addr: std::net::SocketAddr,
-    config: rzk_server::config::ServerConfig,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<Result<(), rzk_server::ServerError>>>,
-}
-
-impl Standalone {
-    /// Test timing (tickTime 200), all four-letter words, and `extra`.
-    pub async fn start(dir: &std::path::Path, extra: &[(&str, &str)]) -> Standalone {
-        let mut settings: Vec<(String, String)> = vec![
-            ("tickTime".into(), "200".into()),
-            ("minSessionTimeout".into(), "400".into()),
-            ("dataDir".into(), dir.display().to_string()),
-            ("clientPortAddress".into(), "127.0.0.1".into()),
-            ("4lw.commands.whitelist".into(), "*".into()),
-        ];
-        settings.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let config = rzk_server::config::ServerConfig::load(None, &settings).expect("valid config");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut s = Standalone {
-            addr: listener.local_addr().unwrap(),
-            config,
-            stop: None,
-            task: None,
-        };
-        s.serve(listener);
-        s
-    }
-
-    fn serve(&mut self, listener: tokio::net::TcpListener) {
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        self.stop = Some(stop);
-        self.task = Some(tokio::spawn(rzk_server::serve(
-            self.config.clone(),
-            vec![listener],
-            async move {
-                let _ = stopped.await;
-            },
-        )));
-    }
-
-    /// Stops gracefully.
-    pub async fn stop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.await.unwrap().expect("a clean stop");
-        }
-    }
-
-    /// Crashes: the server's tasks are dropped where they are.
-    pub async fn crash(&mut self) {
-        self.stop = None;
-        if let Some(task) = self.task.take() {
-            task.abort();
-            let _ = task.await;
-        }
-    }
-
-    /// Stops gracefully and serves again on the same port and data.
-    pub async fn restart(&mut self) {
-        self.stop().await;
-        self.start_again().await;
-    }
-
-    /// Serves again on the same port and data (after `stop` or `crash`).
-    pub async fn start_again(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let listener = loop {
-            match tokio::net::TcpListener::bind(self.addr).await {
-                Ok(l) => break l,
-                Err(e) => {
-                    assert!(Instant::now() < deadline, "cannot bind {}: {e}", self.addr);
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        };
-        self.serve(listener);
-    }
-
-    /// `mntr`'s `looking_count`.
-    pub async fn looking_count(&self) -> u64 {
-        let mntr = four_letter(self.addr, "mntr").await;
-        mntr.lines()
-            .find_map(|l| l.strip_prefix("zk_looking_count\t"))
-            .unwrap_or_else(|| panic!("no looking_count in mntr:\n{mntr}"))
-            .parse()
-            .unwrap()
-    }
-}
-
-/// A four-letter word's answer (empty if the server does not answer).
-pub async fn four_letter(addr: std::net::SocketAddr, word: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let attempt = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        s.write_all(word.as_bytes()).await.ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.ok()?;
-        Some(out)
-    };
-    tokio::time::timeout(Duration::from_secs(5), attempt)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_default()
 }

@@ -1,113 +1,64 @@
-//! Helpers shared by the integration tests: a server started in the test on a
-//! listener bound to 127.0.0.1:0, and waiting on conditions with a deadline.
-#![allow(dead_code)]
+//! The client side of the integration tests: `zookeeper-client` sessions
+//! (on a [`TestServer`] or on any connect string), open ACLs, the check that
+//! every acknowledged write is on every member, a hand-driven protocol client
+//! ([`Raw`]) for what the real clients do not let a test do, and plain HTTP
+//! GETs (the AdminServer, `/metrics`).
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use rzk_server::config::ServerConfig;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use zookeeper_client as zk;
 
-/// A server running in this test's runtime.
-pub struct TestServer {
-    pub addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), rzk_server::ServerError>>>,
-    /// The server's tasks (connections, the core) run on the test's thread: a panic
-    /// in any of them fails the test, at the next `eventually` or when the server is
-    /// stopped or dropped (I7: bad input never panics the server).
-    _trap: rzk_testkit::PanicTrap,
-}
+use super::server::TestServer;
+use rzk_testkit::ensemble::Member;
 
-impl TestServer {
-    /// A server on `dir` with `extra` zoo.cfg settings on top of test defaults
-    /// (tickTime 200, container check 100 ms, TTL on, all 4lw).
-    pub async fn start(dir: &Path, extra: &[(&str, &str)]) -> TestServer {
-        let mut settings: Vec<(String, String)> = vec![
-            ("tickTime".into(), "200".into()),
-            ("minSessionTimeout".into(), "400".into()),
-            ("dataDir".into(), dir.display().to_string()),
-            ("clientPortAddress".into(), "127.0.0.1".into()),
-            ("znode.container.checkIntervalMs".into(), "100".into()),
-            ("zookeeper.extendedTypesEnabled".into(), "true".into()),
-            ("4lw.commands.whitelist".into(), "*".into()),
-        ];
-        settings.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let config = ServerConfig::load(None, &settings).expect("valid test config");
-        TestServer::with_config(config).await
-    }
-
-    pub async fn with_config(config: ServerConfig) -> TestServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(rzk_server::serve(config, vec![listener], async move {
-            let _ = stopped.await;
-        }));
-        // The listener is bound already: connections wait in the backlog until
-        // recovery is done.
-        TestServer {
-            addr,
-            stop: Some(stop),
-            task: Some(task),
-            _trap: rzk_testkit::PanicTrap::new(),
-        }
-    }
-
-    pub fn connect_string(&self) -> String {
-        self.addr.to_string()
-    }
-
-    /// Graceful stop; returns what `serve` returned.
-    pub async fn stop(mut self) -> Result<(), rzk_server::ServerError> {
-        let _ = self.stop.take().unwrap().send(());
-        self.task.take().unwrap().await.unwrap()
-    }
-}
-
-pub async fn client(server: &TestServer) -> zookeeper_client::Client {
+/// A session on `server` (10 s timeout).
+pub async fn client(server: &TestServer) -> zk::Client {
     client_with_timeout(server, Duration::from_secs(10)).await
 }
 
-pub async fn client_with_timeout(
-    server: &TestServer,
-    timeout: Duration,
-) -> zookeeper_client::Client {
-    zookeeper_client::Client::connector()
+/// A session on `server` with the given timeout.
+pub async fn client_with_timeout(server: &TestServer, timeout: Duration) -> zk::Client {
+    client_at(&server.connect_string(), timeout).await
+}
+
+/// A session on `connect_string` with the given timeout; panics if none is made.
+pub async fn client_at(connect_string: &str, timeout: Duration) -> zk::Client {
+    zk::Client::connector()
         .with_session_timeout(timeout)
-        .connect(&server.connect_string())
+        .connect(connect_string)
         .await
         .expect("connect")
 }
 
-/// Waits until `cond` is true, failing the test after `max`.
-pub async fn eventually<F, Fut>(max: Duration, what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + max;
-    loop {
-        if cond().await {
-            return;
-        }
-        rzk_testkit::check_panics();
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// A session on `connect_string` (10 s timeout); panics if none is made.
+pub async fn connect(connect_string: &str) -> zk::Client {
+    client_at(connect_string, Duration::from_secs(10)).await
 }
 
-/// Sends a four-letter word and reads the answer to EOF.
-pub async fn four_letter(addr: SocketAddr, word: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(word.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
+/// Create options with an open ACL.
+pub fn open() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+}
+
+/// Writes whose reply arrived: (path, data), in the order acknowledged.
+pub type Acked = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// I6: every acknowledged write is readable, with its data, on every member
+/// in `members` (each read after a `sync` on that member).
+pub async fn assert_acked_on_every_member(members: &[Member], acked: &[(String, Vec<u8>)]) {
+    for m in members {
+        let c = connect(&m.addr()).await;
+        c.sync("/").await.unwrap();
+        for (path, data) in acked {
+            let (got, _) = c
+                .get_data(path)
+                .await
+                .unwrap_or_else(|e| panic!("{path} lost on member {}: {e}", m.id));
+            assert_eq!(&got, data, "{path} on member {}", m.id);
+        }
+    }
 }
 
 /// A hand-driven protocol client (rzk-wire's ClientCodec) for what the real
@@ -223,4 +174,38 @@ impl Raw {
             .await
             .unwrap();
     }
+}
+
+/// `GET path` over HTTP/1.0 (no chunked bodies): (status, content type, body).
+pub async fn http_get(addr: &str, path: &str) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let ctype = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap_or_default();
+    (status, ctype, body.to_owned())
+}
+
+/// The status of `GET path`, or `None` if nothing answers.
+pub async fn http_status(addr: &str, path: &str) -> Option<u16> {
+    if tokio::net::TcpStream::connect(addr).await.is_err() {
+        return None;
+    }
+    Some(http_get(addr, path).await.0)
 }
