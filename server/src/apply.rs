@@ -1,5 +1,11 @@
 //! Apply: a committed txn changes the tree, in zxid order, on every server.
 //! Recovery (replay of snapshot + log) and normal operation both come here.
+//!
+//! Prep checked every op against the tree plus every txn before it, so the
+//! tree must accept each one. If it does not, the tree and the committed
+//! history disagree; [`apply`] says so ([`NotApplied`]) and the caller must
+//! stop serving that tree (it never goes on with a tree that differs from
+//! its peers').
 
 use rzk_wire::{ErrorCode, EventType, Stat};
 use rzk_zxid::Zxid;
@@ -70,13 +76,32 @@ pub enum Applied {
     },
 }
 
+/// A committed op the tree refused: the tree has diverged from the history.
+/// The tree may hold the ops of the txn before it (a multi's), so it must not
+/// be served any more.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("txn {zxid} does not apply to the tree: {op} answered {code:?}")]
+pub struct NotApplied {
+    /// The txn.
+    pub zxid: Zxid,
+    /// The op that failed, as text.
+    pub op: String,
+    /// What the tree answered.
+    pub code: ErrorCode,
+}
+
 /// Applies `txn` at `zxid`, appending the watch events it causes to `events`
 /// in ZooKeeper's order (per op: the node's event, then the parent's
 /// NodeChildrenChanged).
-pub fn apply(tree: &mut DataTree, zxid: Zxid, txn: &Txn, events: &mut Vec<Event>) -> Applied {
+pub fn apply(
+    tree: &mut DataTree,
+    zxid: Zxid,
+    txn: &Txn,
+    events: &mut Vec<Event>,
+) -> Result<Applied, NotApplied> {
     let z = zxid.as_u64();
     let time = txn.header.time_ms;
-    match &txn.body {
+    Ok(match &txn.body {
         TxnBody::CreateSession {
             timeout_ms,
             password,
@@ -90,15 +115,15 @@ pub fn apply(tree: &mut DataTree, zxid: Zxid, txn: &Txn, events: &mut Vec<Event>
                 .map(|s| s.iter().cloned().collect())
                 .unwrap_or_default();
             for p in paths {
-                apply_op(tree, z, time, &TxnOp::Delete { path: p }, events);
+                apply_op(tree, z, time, &TxnOp::Delete { path: p }, events)?;
             }
             Applied::SessionClosed
         }
-        TxnBody::Op(op) => Applied::Op(apply_op(tree, z, time, op, events)),
+        TxnBody::Op(op) => Applied::Op(apply_op(tree, z, time, op, events)?),
         TxnBody::Multi(ops) => Applied::Multi(
             ops.iter()
                 .map(|op| apply_op(tree, z, time, op, events))
-                .collect(),
+                .collect::<Result<_, _>>()?,
         ),
         TxnBody::Error(code) => Applied::Error(*code),
         TxnBody::MultiError {
@@ -110,13 +135,15 @@ pub fn apply(tree: &mut DataTree, zxid: Zxid, txn: &Txn, events: &mut Vec<Event>
             failed_index: *failed_index,
             code: *code,
         },
-    }
+    })
 }
 
-fn inconsistent(zxid: u64, op: &TxnOp, code: ErrorCode) {
-    // Prep checked this op against the tree plus every txn before it, so the
-    // tree must accept it. If not, the tree and the log disagree: say so loudly.
-    tracing::error!(zxid = %Zxid::from_u64(zxid), ?op, ?code, "txn does not apply to the tree");
+fn not_applied(zxid: u64, op: &TxnOp, code: ErrorCode) -> NotApplied {
+    NotApplied {
+        zxid: Zxid::from_u64(zxid),
+        op: format!("{op:?}"),
+        code,
+    }
 }
 
 fn apply_op(
@@ -125,8 +152,8 @@ fn apply_op(
     time: i64,
     op: &TxnOp,
     events: &mut Vec<Event>,
-) -> OpOutcome {
-    match op {
+) -> Result<OpOutcome, NotApplied> {
+    Ok(match op {
         TxnOp::Create {
             path: p,
             data,
@@ -147,13 +174,7 @@ fn apply_op(
                     stat,
                 }
             }
-            Err(code) => {
-                inconsistent(z, op, code);
-                OpOutcome::Created {
-                    path: p.clone(),
-                    stat: Stat::default(),
-                }
-            }
+            Err(code) => return Err(not_applied(z, op, code)),
         },
         TxnOp::Delete { path: p } => {
             match tree.delete(p, z) {
@@ -165,7 +186,7 @@ fn apply_op(
                     });
                     push_children_changed(tree, p, events);
                 }
-                Err(code) => inconsistent(z, op, code),
+                Err(code) => return Err(not_applied(z, op, code)),
             }
             OpOutcome::Deleted
         }
@@ -179,20 +200,14 @@ fn apply_op(
                 });
                 OpOutcome::SetData(stat)
             }
-            Err(code) => {
-                inconsistent(z, op, code);
-                OpOutcome::SetData(Stat::default())
-            }
+            Err(code) => return Err(not_applied(z, op, code)),
         },
         TxnOp::SetAcl { path: p, acl } => match tree.set_acl(p, acl) {
             Ok(stat) => OpOutcome::SetAcl(stat),
-            Err(code) => {
-                inconsistent(z, op, code);
-                OpOutcome::SetAcl(Stat::default())
-            }
+            Err(code) => return Err(not_applied(z, op, code)),
         },
         TxnOp::Check { .. } => OpOutcome::Check,
-    }
+    })
 }
 
 fn push_children_changed(tree: &DataTree, p: &str, events: &mut Vec<Event>) {

@@ -426,10 +426,7 @@ fn try_hand_over(ctx: &ConnCtx, id: ConnId, req: Req, conn: ConnSlot) -> HandOve
     };
     match ctx.core.try_reserve() {
         Ok(slot) => {
-            let permit = Permit {
-                _conn: conn,
-                _global: global,
-            };
+            let permit = Permit { conn, global };
             slot.send(CoreMsg::Request {
                 conn: id,
                 req,
@@ -459,10 +456,7 @@ async fn hand_over(ctx: Arc<ConnCtx>, outbox: Arc<Outbox>, req: Req, conn: ConnS
         },
         _ = outbox.cancelled() => return false,
     };
-    let permit = Permit {
-        _conn: conn,
-        _global: global,
-    };
+    let permit = Permit { conn, global };
     let msg = CoreMsg::Request {
         conn: outbox.conn(),
         req,

@@ -4,9 +4,8 @@
 
 use std::fmt::Write as _;
 
-use rzk_wire::FourLetterWord;
+use rzk_wire::{FourLetterWord, SessionId};
 
-use crate::core::{format_sid, Core};
 use crate::metric_table::{self, Scalar};
 use crate::stats::ServerStats;
 
@@ -62,7 +61,7 @@ fn conn_lines(st: &ServerStats, out: &mut String, detailed: bool) {
             let _ = write!(
                 out,
                 ",sid={},lop={},est={},to={},lcxid=0x{:x},lzxid=0x{:x},lresp={},llat={},minlat={},avglat={},maxlat={}",
-                format_sid(c.session.unwrap_or(0)),
+                SessionId(c.session.unwrap_or(0)),
                 c.last_op,
                 c.established_ms,
                 c.session_timeout_ms,
@@ -173,7 +172,7 @@ pub(crate) fn format(word: FourLetterWord, st: &ServerStats) -> String {
         }
         FourLetterWord::Wchc => {
             for (sid, paths) in &details.watches_by_session {
-                let _ = writeln!(out, "{}", format_sid(*sid));
+                let _ = writeln!(out, "{}", SessionId(*sid));
                 for p in paths {
                     let _ = writeln!(out, "\t{p}");
                 }
@@ -184,7 +183,7 @@ pub(crate) fn format(word: FourLetterWord, st: &ServerStats) -> String {
             for (p, sids) in &details.watches_by_path {
                 let _ = writeln!(out, "{p}");
                 for sid in sids {
-                    let _ = writeln!(out, "\t{}", format_sid(*sid));
+                    let _ = writeln!(out, "\t{}", SessionId(*sid));
                 }
             }
             out.push('\n');
@@ -195,7 +194,7 @@ pub(crate) fn format(word: FourLetterWord, st: &ServerStats) -> String {
             let _ = writeln!(out, "Session Sets ({n})/({n}):");
             for (id, _, expires) in &details.sessions {
                 let _ = writeln!(out, "1 expire at {expires}:");
-                let _ = writeln!(out, "\t{}", format_sid(*id));
+                let _ = writeln!(out, "\t{}", SessionId(*id));
             }
             out.push_str("ephemeral nodes dump:\n");
             let _ = writeln!(
@@ -204,7 +203,7 @@ pub(crate) fn format(word: FourLetterWord, st: &ServerStats) -> String {
                 details.ephemerals.len()
             );
             for (id, paths) in &details.ephemerals {
-                let _ = writeln!(out, "{}:", format_sid(*id));
+                let _ = writeln!(out, "{}:", SessionId(*id));
                 for p in paths {
                     let _ = writeln!(out, "\t{p}");
                 }
@@ -213,7 +212,7 @@ pub(crate) fn format(word: FourLetterWord, st: &ServerStats) -> String {
             let n = st.connections.len();
             let _ = writeln!(out, "Connections Sets ({n})/({n}):");
             for c in &st.connections {
-                let _ = writeln!(out, "\t{}", format_sid(c.session.unwrap_or(0)));
+                let _ = writeln!(out, "\t{}", SessionId(c.session.unwrap_or(0)));
             }
         }
         FourLetterWord::Dirs => {
@@ -245,28 +244,10 @@ pub(crate) fn environment(st: &ServerStats) -> Vec<(&'static str, String)> {
     ]
 }
 
-impl Core {
-    /// The output of a four-letter word (already whitelisted): the two that
-    /// reset counters act here, the rest format a snapshot.
-    pub(crate) fn four_letter(&mut self, word: FourLetterWord) -> String {
-        match word {
-            FourLetterWord::Crst => {
-                for c in self.conns.values_mut() {
-                    c.stats = Default::default();
-                }
-                "Connection stats reset.\n".into()
-            }
-            FourLetterWord::Srst => {
-                self.stats = Default::default();
-                "Server stats reset.\n".into()
-            }
-            _ => {
-                let details = crate::commands::of_word(word).word_needs_details();
-                format(word, &self.stats_snapshot(details))
-            }
-        }
-    }
-}
+/// What `crst` answers (the core resets the connections' counters).
+pub(crate) const CONN_STATS_RESET: &str = "Connection stats reset.\n";
+/// What `srst` answers (the core resets the server's counters).
+pub(crate) const SERVER_STATS_RESET: &str = "Server stats reset.\n";
 
 #[cfg(test)]
 mod tests {

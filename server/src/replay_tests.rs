@@ -167,7 +167,7 @@ fn run_batched(ops: &[Op], batch: usize, snap_at: usize) -> Run {
             let z = Zxid::from_u64(zxid);
             let bytes = t.encode();
             let decoded = Txn::decode(&bytes).unwrap();
-            apply(&mut tree, z, &decoded, &mut Vec::new());
+            apply(&mut tree, z, &decoded, &mut Vec::new()).unwrap();
             prep.applied(seq, &touched);
             log.push((z, bytes));
             if zxid as usize == snap_at {
@@ -225,13 +225,13 @@ proptest! {
         let (mut replayed, _, at) = DataTree::load_snapshot(&bytes).unwrap();
         prop_assert_eq!(at, snap_zxid);
         for (z, t) in log.iter().filter(|(z, _)| *z > snap_zxid) {
-            apply(&mut replayed, *z, &Txn::decode(t).unwrap(), &mut Vec::new());
+            apply(&mut replayed, *z, &Txn::decode(t).unwrap(), &mut Vec::new()).unwrap();
         }
         prop_assert_eq!(replayed.dump(), tree.dump());
         prop_assert_eq!(replayed.all_ephemerals(), tree.all_ephemerals());
         let mut from_scratch = DataTree::new();
         for (z, t) in &log {
-            apply(&mut from_scratch, *z, &Txn::decode(t).unwrap(), &mut Vec::new());
+            apply(&mut from_scratch, *z, &Txn::decode(t).unwrap(), &mut Vec::new()).unwrap();
         }
         prop_assert_eq!(from_scratch.dump(), tree.dump());
     }

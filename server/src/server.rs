@@ -16,9 +16,10 @@ use tokio::task::JoinSet;
 use crate::acl::AuthInfo;
 use crate::config::ServerConfig;
 use crate::conn::{self, ConnCtx};
-use crate::core::{Core, CoreConfig, CoreError, CoreMsg};
+use crate::core::{CoreConfig, CoreError, CoreMsg};
 use crate::preload::Preloaded;
 use crate::replication::{open_replicator_preloading, Membership, ReplicationError};
+use crate::shell::Shell;
 use crate::tls::{TlsAcceptor, TlsError};
 
 /// Why the server stopped or could not start.
@@ -164,17 +165,17 @@ async fn run_inner(
     preloaded: Option<Preloaded>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    let server_id = replicator.id().0;
-    let mut core = Core::new(
+    let server_id = replicator.id();
+    let shell = Shell::new(
         CoreConfig {
             server: config.clone(),
             server_id,
         },
         replicator,
+        preloaded,
     )?;
-    core.preloaded = preloaded;
     let (core_tx, core_rx) = mpsc::channel(CORE_QUEUE_MAX);
-    let mut core_task = tokio::spawn(core.run(core_rx));
+    let mut core_task = tokio::spawn(shell.run(core_rx));
     let ctx = Arc::new(ConnCtx {
         core: core_tx.clone(),
         global: Arc::new(Semaphore::new(

@@ -1,5 +1,6 @@
 //! One stats view: an owned snapshot of what the server knows about itself,
-//! taken by the core on request ([`crate::core::CoreMsg::Stats`]) and formatted
+//! taken by the core on request ([`crate::core::CoreMsg::Stats`]; gathered by
+//! `Core::stats`) and formatted
 //! by the four-letter words ([`crate::fourlw`]), the AdminServer and the
 //! Prometheus exporter. Nothing formats from the core's fields directly, so
 //! the three surfaces cannot disagree.
@@ -9,13 +10,11 @@
 //! learners, pending syncs).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use rzk_quorum::Role;
 use rzk_zxid::Zxid;
 
 use crate::config::ServerConfig;
-use crate::core::{now_ms, Core};
 
 /// A latency distribution in milliseconds, since start or the last `srst`:
 /// count, sum, min, max and quantiles (hdrhistogram, 2 significant digits).
@@ -42,13 +41,8 @@ impl Default for Latency {
 }
 
 impl Latency {
-    /// Records the time since `started`.
-    pub(crate) fn record_since(&mut self, started: Instant) {
-        self.record(started.elapsed());
-    }
-
-    pub(crate) fn record(&mut self, d: Duration) {
-        let ms = d.as_millis() as u64;
+    /// Records one latency of `ms` milliseconds.
+    pub(crate) fn record_ms(&mut self, ms: u64) {
         self.min_ms = if self.histogram.is_empty() {
             ms
         } else {
@@ -132,7 +126,7 @@ impl ServerMode {
 
     /// The mode of a server with this configuration in this replication
     /// role: standalone without `server.N` lines, whatever the role says.
-    fn of(cfg: &ServerConfig, role: Role) -> ServerMode {
+    pub(crate) fn of(cfg: &ServerConfig, role: Role) -> ServerMode {
         if cfg.servers.is_empty() {
             return ServerMode::Standalone;
         }
@@ -299,11 +293,11 @@ pub(crate) fn dir_size(p: &Path) -> u64 {
         .sum()
 }
 
-fn open_fds() -> usize {
+pub(crate) fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
 
-fn max_fds() -> u64 {
+pub(crate) fn max_fds() -> u64 {
     std::fs::read_to_string("/proc/self/limits")
         .ok()
         .and_then(|t| {
@@ -314,199 +308,11 @@ fn max_fds() -> u64 {
         .unwrap_or(0)
 }
 
-impl Core {
-    /// The snapshot; `details` adds the parts that grow with the data.
-    pub(crate) fn stats_snapshot(&self, details: bool) -> ServerStats {
-        let cfg = &self.cfg.server;
-        let sid_of =
-            |c: crate::watch::ConnId| self.conns.get(&c).and_then(|c| c.session()).unwrap_or(0);
-        let mut connections: Vec<(crate::watch::ConnId, ConnView)> = self
-            .conns
-            .iter()
-            .map(|(id, c)| {
-                let s = &c.stats;
-                let session = c.session();
-                let view = ConnView {
-                    peer: c.peer(),
-                    session,
-                    session_timeout_ms: session
-                        .and_then(|sid| self.sessions.get(&sid))
-                        .map_or(0, |x| x.timeout_ms),
-                    queued: c.queued(),
-                    received: s.received,
-                    sent: s.sent,
-                    established_ms: c.established_ms,
-                    last_op: if s.last_op.is_empty() {
-                        "NA"
-                    } else {
-                        s.last_op
-                    },
-                    last_cxid: s.last_cxid,
-                    last_zxid: s.last_zxid,
-                    last_response_ms: s
-                        .last_response
-                        .map_or(0, |t| now_ms() - t.elapsed().as_millis() as i64),
-                    last_latency_ms: s.last_latency_ms.into(),
-                    min_latency_ms: s.min_latency_ms.into(),
-                    avg_latency_ms: s.total_latency_ms.checked_div(s.replies).unwrap_or(0),
-                    max_latency_ms: s.max_latency_ms.into(),
-                };
-                (*id, view)
-            })
-            .collect();
-        connections.sort_unstable_by_key(|(id, _)| *id);
-        let details = details.then(|| {
-            let mut by_path: Vec<(String, Vec<i64>)> = self
-                .watches
-                .by_path()
-                .map(|(p, conns)| (p.to_owned(), conns.into_iter().map(sid_of).collect()))
-                .collect();
-            by_path.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            let mut by_conn: Vec<(crate::watch::ConnId, Vec<String>)> = self
-                .watches
-                .by_conn()
-                .map(|(c, paths)| (c, paths.into_iter().map(str::to_owned).collect()))
-                .collect();
-            by_conn.sort_unstable_by_key(|(c, _)| *c);
-            let now = Instant::now();
-            let mut sessions: Vec<(i64, i32, i64)> = self
-                .sessions
-                .iter()
-                .map(|(id, s)| {
-                    let left = self
-                        .session_deadline(*id, s.timeout_ms)
-                        .saturating_duration_since(now)
-                        .as_millis() as i64;
-                    (*id, s.timeout_ms, now_ms() + left)
-                })
-                .collect();
-            sessions.sort_unstable();
-            let mut ephemerals: Vec<(i64, Vec<String>)> = self
-                .tree
-                .all_ephemerals()
-                .iter()
-                .map(|(id, paths)| (*id, paths.iter().cloned().collect()))
-                .collect();
-            ephemerals.sort_unstable_by_key(|(id, _)| *id);
-            Details {
-                watches_by_path: by_path,
-                watches_by_session: by_conn.into_iter().map(|(c, p)| (sid_of(c), p)).collect(),
-                sessions,
-                ephemerals,
-                data_dir_bytes: dir_size(&cfg.data_dir),
-                data_log_dir_bytes: dir_size(&cfg.data_log_dir),
-            }
-        });
-        let voters = cfg
-            .servers
-            .values()
-            .filter(|p| p.role == crate::config::PeerRole::Participant)
-            .count();
-        let st = &self.stats;
-        let q = self.replicator.stats();
-        let (serving, role) = match self.serving {
-            crate::core::Serving::No => (false, Role::Looking),
-            crate::core::Serving::Yes { role, .. } => (true, role),
-        };
-        let leading = self.leader.is_some();
-        let count = |f: &dyn Fn(&rzk_quorum::LearnerStats) -> bool| {
-            if leading {
-                q.learners.iter().filter(|l| f(l)).count()
-            } else {
-                0
-            }
-        };
-        ServerStats {
-            version: version(),
-            server_id: if cfg.servers.is_empty() {
-                0
-            } else {
-                self.cfg.server_id
-            },
-            config: cfg.clone(),
-            quorum: QuorumView {
-                mode: ServerMode::of(cfg, role),
-                leader: q.leader.map(|p| p.0),
-                quorum_size: voters.max(1),
-                serving,
-                learners: count(&|_| true),
-                followers: count(&|l| l.voting),
-                synced_followers: count(&|l| l.voting && l.synced),
-                synced_non_voting_followers: 0,
-                // ZooKeeper's leader counts the observers it feeds; one on a
-                // follower's relay is that follower's (`relayed_observers`).
-                synced_observers: count(&|l| !l.voting && l.synced && !l.relayed),
-                pending_syncs: if leading { q.pending_syncs } else { 0 },
-                relayed_observers: serves_observers(cfg, self.cfg.server_id).then(|| {
-                    q.relayed_observers
-                        .iter()
-                        .map(|(id, queued)| (id.0, *queued))
-                        .collect()
-                }),
-                leader_observers: if leading {
-                    q.learners
-                        .iter()
-                        .filter(|l| !l.voting && l.synced && !l.relayed)
-                        .map(|l| (l.id.0, l.acked))
-                        .collect()
-                } else {
-                    Vec::new()
-                },
-                observer_master_id: (role == Role::Observer)
-                    .then(|| q.observer_master.or(q.leader).map(|p| p.0))
-                    .flatten(),
-                last_zxid: self.applied,
-                looking_count: q.elections,
-                last_durable: q.last_durable,
-                accepted_epoch: q.accepted_epoch,
-                commit_lag: if q.applied.epoch() == self.applied.epoch() {
-                    u64::from(
-                        q.applied
-                            .counter()
-                            .0
-                            .saturating_sub(self.applied.counter().0),
-                    )
-                } else {
-                    0
-                },
-                replication: q.metrics,
-                learner_syncs: q.syncs,
-                window: q.window,
-            },
-            uptime_ms: self.started.elapsed().as_millis() as u64,
-            node_count: self.tree.node_count(),
-            approximate_data_size: self.tree.approximate_data_size(),
-            ephemerals_count: self.tree.ephemeral_count(),
-            watch_count: self.watches.watch_count(),
-            watched_paths: self.watches.path_count(),
-            watching_connections: self.watches.conn_count(),
-            global_sessions: self.sessions.len(),
-            outstanding_requests: self.outstanding(),
-            packets_received: st.packets_received,
-            packets_sent: st.packets_sent,
-            min_latency_ms: st.min_latency_ms,
-            avg_latency_ms: if st.replies == 0 {
-                0.0
-            } else {
-                st.total_latency_ms as f64 / st.replies as f64
-            },
-            max_latency_ms: st.max_latency_ms,
-            auth_failed: st.auth_failed,
-            last_response_bytes: st.last_response_bytes,
-            min_response_bytes: st.min_response_bytes,
-            max_response_bytes: st.max_response_bytes,
-            read_latency: st.read_latency.snapshot(),
-            update_latency: st.update_latency.snapshot(),
-            open_file_descriptors: open_fds(),
-            max_file_descriptors: max_fds(),
-            connections: connections.into_iter().map(|(_, v)| v).collect(),
-            details,
-        }
     }
 }
 
 /// Whether member `id` serves observers on an `observerMasterPort`.
-fn serves_observers(cfg: &crate::config::ServerConfig, id: u64) -> bool {
+pub(crate) fn serves_observers(cfg: &crate::config::ServerConfig, id: u64) -> bool {
     let participant = cfg
         .servers
         .get(&id)
@@ -604,7 +410,7 @@ mod tests {
         let mut l = Latency::default();
         assert_eq!(l.snapshot(), LatencySnapshot::default());
         for ms in 1..=100u64 {
-            l.record(Duration::from_millis(ms));
+            l.record_ms(ms);
         }
         let s = l.snapshot();
         assert_eq!(s.count, 100);

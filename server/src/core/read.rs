@@ -11,14 +11,28 @@ use rzk_wire::{
 use rzk_zxid::Zxid;
 
 use crate::acl::{self, AuthInfo};
-use crate::core::{notify, Core};
+use crate::core::conns::{notify, Conn};
+use crate::core::data::Data;
 use crate::watch::{ConnId, WatchKind};
 
-impl Core {
-    pub(crate) fn serve_read(&mut self, id: ConnId, frame: &RequestFrame) -> Reply {
+/// Answers a read of connection `id` from this member's tree, at the zxid it
+/// has applied, setting the watches it asks for.
+pub(crate) fn serve(data: &mut Data, id: ConnId, conn: &Conn, frame: &RequestFrame) -> Reply {
+    Reader { data, id, conn }.serve(frame)
+}
+
+/// One read: the tree and watches it works on, and the connection it is for.
+struct Reader<'a> {
+    data: &'a mut Data,
+    id: ConnId,
+    conn: &'a Conn,
+}
+
+impl Reader<'_> {
+    fn serve(&mut self, frame: &RequestFrame) -> Reply {
         let xid = frame.xid;
-        let zxid = self.applied;
-        let result = self.read_result(id, &frame.request);
+        let zxid = self.data.applied();
+        let result = self.read_result(&frame.request);
         // doc §4.4: a sasl reply carries zxid 0.
         let zxid = if frame.request.opcode() == OpCode::Sasl {
             Zxid::ZERO
@@ -28,10 +42,8 @@ impl Core {
         Reply { xid, zxid, result }
     }
 
-    fn read_result(&mut self, id: ConnId, request: &Request) -> Result<Response, ErrorCode> {
-        let Some(conn) = self.conns.get(&id) else {
-            return Err(ErrorCode::ConnectionLoss);
-        };
+    fn read_result(&mut self, request: &Request) -> Result<Response, ErrorCode> {
+        let (id, conn) = (self.id, self.conn);
         let auth = &conn.auth;
         match request {
             Request::Ping => Ok(Response::Empty),
@@ -39,47 +51,47 @@ impl Core {
                 if r.path.contains('\0') {
                     return Err(ErrorCode::BadArguments);
                 }
-                let stat = self.tree.get(&r.path).map(|n| n.stat());
+                let stat = self.data.tree.get(&r.path).map(|n| n.stat());
                 if r.watch {
-                    self.watches.add(id, &r.path, WatchKind::Data);
+                    self.data.watches.add(id, &r.path, WatchKind::Data);
                 }
                 stat.map(Response::Stat).ok_or(ErrorCode::NoNode)
             }
             Request::GetData(r) => {
-                let node = self.tree.get(&r.path).ok_or(ErrorCode::NoNode)?;
+                let node = self.data.tree.get(&r.path).ok_or(ErrorCode::NoNode)?;
                 acl::check(&node.acl, auth, Perms::READ)?;
                 let resp = GetDataResponse {
                     data: node.data(),
                     stat: node.stat(),
                 };
                 if r.watch {
-                    self.watches.add(id, &r.path, WatchKind::Data);
+                    self.data.watches.add(id, &r.path, WatchKind::Data);
                 }
                 Ok(Response::GetData(resp))
             }
             Request::GetChildren(r) => {
-                let node = self.tree.get(&r.path).ok_or(ErrorCode::NoNode)?;
+                let node = self.data.tree.get(&r.path).ok_or(ErrorCode::NoNode)?;
                 acl::check(&node.acl, auth, Perms::READ)?;
-                let children = self.tree.child_names(node);
+                let children = self.data.tree.child_names(node);
                 if r.watch {
-                    self.watches.add(id, &r.path, WatchKind::Child);
+                    self.data.watches.add(id, &r.path, WatchKind::Child);
                 }
                 Ok(Response::GetChildren(GetChildrenResponse { children }))
             }
             Request::GetChildren2(r) => {
-                let node = self.tree.get(&r.path).ok_or(ErrorCode::NoNode)?;
+                let node = self.data.tree.get(&r.path).ok_or(ErrorCode::NoNode)?;
                 acl::check(&node.acl, auth, Perms::READ)?;
                 let resp = GetChildren2Response {
-                    children: self.tree.child_names(node),
+                    children: self.data.tree.child_names(node),
                     stat: node.stat(),
                 };
                 if r.watch {
-                    self.watches.add(id, &r.path, WatchKind::Child);
+                    self.data.watches.add(id, &r.path, WatchKind::Child);
                 }
                 Ok(Response::GetChildren2(resp))
             }
             Request::GetAcl(r) => {
-                let node = self.tree.get(&r.path).ok_or(ErrorCode::NoNode)?;
+                let node = self.data.tree.get(&r.path).ok_or(ErrorCode::NoNode)?;
                 acl::check(&node.acl, auth, Perms(Perms::READ.0 | Perms::ADMIN.0))?;
                 let list = if acl::allowed(&node.acl, auth, Perms::ADMIN) {
                     node.acl.to_vec()
@@ -92,10 +104,10 @@ impl Core {
                 }))
             }
             Request::GetAllChildrenNumber(r) => {
-                let idx = self.tree.lookup(&r.path).ok_or(ErrorCode::NoNode)?;
-                let node = self.tree.get(&r.path).ok_or(ErrorCode::NoNode)?;
+                let idx = self.data.tree.lookup(&r.path).ok_or(ErrorCode::NoNode)?;
+                let node = self.data.tree.get(&r.path).ok_or(ErrorCode::NoNode)?;
                 acl::check(&node.acl, auth, Perms::READ)?;
-                let n = self.tree.descendant_count(idx);
+                let n = self.data.tree.descendant_count(idx);
                 Ok(Response::GetAllChildrenNumber(
                     GetAllChildrenNumberResponse {
                         total_number: n.min(i64::from(i32::MAX)) as i32,
@@ -103,8 +115,9 @@ impl Core {
                 ))
             }
             Request::GetEphemerals(r) => {
-                let sid = conn.session().unwrap_or(0);
+                let sid = conn.session().map_or(0, |s| s.0);
                 let ephemerals = self
+                    .data
                     .tree
                     .ephemerals_of(sid)
                     .map(|set| {
@@ -126,35 +139,33 @@ impl Core {
                     rzk_wire::AddWatchMode::Persistent => WatchKind::Persistent,
                     rzk_wire::AddWatchMode::PersistentRecursive => WatchKind::Recursive,
                 };
-                self.watches.add(id, &r.path, kind);
+                self.data.watches.add(id, &r.path, kind);
                 Ok(Response::AddWatch)
             }
             Request::CheckWatches(r) => {
-                if self.watches.has(id, &r.path, r.watcher_type) {
+                if self.data.watches.has(id, &r.path, r.watcher_type) {
                     Ok(Response::Empty)
                 } else {
                     Err(ErrorCode::NoWatcher)
                 }
             }
             Request::RemoveWatches(r) => {
-                if self.watches.remove(id, &r.path, r.watcher_type) {
+                if self.data.watches.remove(id, &r.path, r.watcher_type) {
                     Ok(Response::Empty)
                 } else {
                     Err(ErrorCode::NoWatcher)
                 }
             }
             Request::MultiRead(m) => {
-                let auth = auth.clone();
                 let results = m
                     .ops
                     .iter()
-                    .map(|op| self.multi_read_op(id, &auth, op))
+                    .map(|op| self.multi_read_op(auth, op))
                     .collect();
                 Ok(Response::Multi(MultiResponse { results }))
             }
             Request::SetWatches(w) => {
                 self.set_watches(
-                    id,
                     w.relative_zxid,
                     &w.data_watches,
                     &w.exist_watches,
@@ -166,7 +177,6 @@ impl Core {
             }
             Request::SetWatches2(w) => {
                 self.set_watches(
-                    id,
                     w.relative_zxid,
                     &w.data_watches,
                     &w.exist_watches,
@@ -195,28 +205,30 @@ impl Core {
         }
     }
 
-    fn multi_read_op(&mut self, id: ConnId, auth: &AuthInfo, op: &MultiReadOp) -> MultiResult {
+    fn multi_read_op(&mut self, auth: &AuthInfo, op: &MultiReadOp) -> MultiResult {
+        let id = self.id;
         let result = match op {
-            MultiReadOp::GetData(r) => {
-                self.tree
-                    .get(&r.path)
-                    .ok_or(ErrorCode::NoNode)
-                    .and_then(|n| {
-                        acl::check(&n.acl, auth, Perms::READ)?;
-                        Ok(MultiResult::GetData(GetDataResponse {
-                            data: n.data(),
-                            stat: n.stat(),
-                        }))
-                    })
-            }
+            MultiReadOp::GetData(r) => self
+                .data
+                .tree
+                .get(&r.path)
+                .ok_or(ErrorCode::NoNode)
+                .and_then(|n| {
+                    acl::check(&n.acl, auth, Perms::READ)?;
+                    Ok(MultiResult::GetData(GetDataResponse {
+                        data: n.data(),
+                        stat: n.stat(),
+                    }))
+                }),
             MultiReadOp::GetChildren(r) => self
+                .data
                 .tree
                 .get(&r.path)
                 .ok_or(ErrorCode::NoNode)
                 .and_then(|n| {
                     acl::check(&n.acl, auth, Perms::READ)?;
                     Ok(MultiResult::GetChildren(GetChildrenResponse {
-                        children: self.tree.child_names(n),
+                        children: self.data.tree.child_names(n),
                     }))
                 }),
         };
@@ -225,17 +237,15 @@ impl Core {
             MultiReadOp::GetChildren(r) => r.watch.then_some((&r.path, WatchKind::Child)),
         };
         if let (Ok(_), Some((p, kind))) = (&result, watch) {
-            self.watches.add(id, p, kind);
+            self.data.watches.add(id, p, kind);
         }
         result.unwrap_or_else(MultiResult::Error)
     }
 
     /// doc §10.7: re-arms watches after a reconnect, firing at once what
     /// changed since the client's `relative` zxid.
-    #[allow(clippy::too_many_arguments)]
     fn set_watches(
         &mut self,
-        id: ConnId,
         relative: Zxid,
         data: &[rzk_wire::ByteString],
         exist: &[rzk_wire::ByteString],
@@ -243,38 +253,37 @@ impl Core {
         persistent: &[rzk_wire::ByteString],
         recursive: &[rzk_wire::ByteString],
     ) {
+        let id = self.id;
         let rel = relative.as_u64();
         let mut fire: Vec<(EventType, &str)> = Vec::new();
         for p in data {
-            match self.tree.get(p) {
+            match self.data.tree.get(p) {
                 None => fire.push((EventType::NodeDeleted, p)),
                 Some(n) if n.mzxid > rel => fire.push((EventType::NodeDataChanged, p)),
-                Some(_) => self.watches.add(id, p, WatchKind::Data),
+                Some(_) => self.data.watches.add(id, p, WatchKind::Data),
             }
         }
         for p in exist {
-            match self.tree.get(p) {
+            match self.data.tree.get(p) {
                 Some(_) => fire.push((EventType::NodeCreated, p)),
-                None => self.watches.add(id, p, WatchKind::Data),
+                None => self.data.watches.add(id, p, WatchKind::Data),
             }
         }
         for p in child {
-            match self.tree.get(p) {
+            match self.data.tree.get(p) {
                 None => fire.push((EventType::NodeDeleted, p)),
                 Some(n) if n.pzxid > rel => fire.push((EventType::NodeChildrenChanged, p)),
-                Some(_) => self.watches.add(id, p, WatchKind::Child),
+                Some(_) => self.data.watches.add(id, p, WatchKind::Child),
             }
         }
         for p in persistent {
-            self.watches.add(id, p, WatchKind::Persistent);
+            self.data.watches.add(id, p, WatchKind::Persistent);
         }
         for p in recursive {
-            self.watches.add(id, p, WatchKind::Recursive);
+            self.data.watches.add(id, p, WatchKind::Recursive);
         }
-        if let Some(conn) = self.conns.get(&id) {
-            for (kind, p) in fire {
-                notify(&conn.outbox, kind, p);
-            }
+        for (kind, p) in fire {
+            notify(&self.conn.outbox, kind, p);
         }
     }
 }

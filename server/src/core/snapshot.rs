@@ -3,10 +3,11 @@
 //! replicator, which makes them durable and purges the history they cover.
 
 use bytes::Bytes;
+use rand::Rng;
 use rzk_quorum::{Proposal, ReplicateError, SnapshotWriteError, SnapshotWriter};
+use rzk_zxid::Zxid;
 use tokio::sync::mpsc;
 
-use crate::core::{snapshot_trigger, Core, Serving};
 use crate::tree::{DataTree, SessionRecord};
 
 /// Nodes a snapshot writes per step when the core is otherwise idle. Small,
@@ -36,11 +37,17 @@ const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 /// the snapshot in memory is about this many chunks plus what the tree
 /// produced while the writer was behind; never the whole state in one buffer.
 const SNAPSHOT_CHUNKS_QUEUED_MAX: usize = 4;
+/// The queue holds one more slot than the chunks it queues: it is kept for
+/// the last chunk, so that the core can always end a snapshot without
+/// waiting (and without a task of its own to wait in).
+const SNAPSHOT_QUEUE_SLOTS: usize = SNAPSHOT_CHUNKS_QUEUED_MAX + 1;
 
 /// A chunk of the snapshot in progress; `last` ends it.
-struct Chunk {
-    data: Bytes,
-    last: bool,
+pub(crate) struct Chunk {
+    /// The bytes.
+    pub(crate) data: Bytes,
+    /// Whether it is the last.
+    pub(crate) last: bool,
 }
 
 /// The core's end of the snapshot being streamed to the replicator.
@@ -79,83 +86,112 @@ impl SnapshotPace {
     }
 }
 
-impl Core {
+/// When the next snapshot starts, in applied txns: as ZooKeeper does,
+/// snapCount/2 plus a random share of snapCount/2, so that the members of an
+/// ensemble (which apply the same txns) do not all snapshot at once.
+pub(crate) fn snapshot_trigger(snap_count: u64, rng: &mut impl Rng) -> u64 {
+    let half = snap_count / 2;
+    (half + rng.random_range(0..=snap_count - half)).max(1)
+}
+
+/// The snapshot stage: when the next snapshot begins, and the one in
+/// progress, streamed in steps to the replicator's writer.
+pub(crate) struct Snapshots {
+    snap_count: u64,
+    txns_since: u64,
+    /// Applied txns after which the next snapshot starts: between half of
+    /// snapCount and snapCount, drawn again after each snapshot.
+    after_txns: u64,
+    /// The snapshot in progress, streamed in chunks to the replicator's
+    /// writer; `None` before its stream is handed over, or when there is none.
+    out: Option<SnapshotStream>,
+}
+
+impl Snapshots {
+    /// A snapshot every `snap_count` applied txns (or so: see
+    /// [`snapshot_trigger`]).
+    pub(crate) fn new(snap_count: u64, rng: &mut impl Rng) -> Snapshots {
+        Snapshots {
+            snap_count,
+            txns_since: 0,
+            after_txns: snapshot_trigger(snap_count, rng),
+            out: None,
+        }
+    }
+
     /// After each applied txn: a snapshot in progress moves on with the
-    /// writes (not only when idle), and a new one starts every
-    /// `snapshot_after_txns` txns, once the member serves.
+    /// writes (not only when idle); true when a new one is due.
     ///
-    /// Not before: while the log is replayed at start-up (or a learner applies
-    /// its sync) the history is already durable in the log, and a snapshot
-    /// begun then would only slow the replay, and so the first answered
-    /// read, by serialising the tree beside it. The count goes on, so the
-    /// first txn applied while serving begins the snapshot that is due.
-    pub(crate) fn after_apply(&mut self) {
-        if self.tree.snapshot_in_progress() {
-            let now = self.snapshot_out.as_mut().map_or(0, |s| {
-                let room = s.chunks.capacity() > 0;
+    /// Not due before the member serves: while the log is replayed at
+    /// start-up (or a learner applies its sync) the history is already
+    /// durable in the log, and a snapshot begun then would only slow the
+    /// replay, and so the first answered read, by serialising the tree beside
+    /// it. The count goes on, so the first txn applied while serving begins
+    /// the snapshot that is due.
+    pub(crate) fn after_apply(&mut self, tree: &mut DataTree, serving: bool) -> bool {
+        if tree.snapshot_in_progress() {
+            let now = self.out.as_mut().map_or(0, |s| {
+                let room = s.has_room();
                 s.pace.applied(room)
             });
             if now > 0 {
-                self.snapshot_step_nodes(now);
+                self.step(tree, now);
             }
         }
-        self.txns_since_snapshot += 1;
-        if self.txns_since_snapshot >= self.snapshot_after_txns
-            && !self.tree.snapshot_in_progress()
-            && self.serving != Serving::No
-        {
-            self.begin_snapshot();
-        }
+        self.txns_since += 1;
+        self.txns_since >= self.after_txns && !tree.snapshot_in_progress() && serving
     }
 
-    fn session_records(&self) -> Vec<SessionRecord> {
-        self.sessions
-            .iter()
-            .map(|(id, s)| SessionRecord {
-                id: *id,
-                timeout_ms: s.timeout_ms,
-                password: s.password,
-            })
-            .collect()
+    /// Begins a snapshot of `tree` at `zxid` with the session table
+    /// `sessions`; true if it began (the caller then opens the writer and
+    /// hands its stream over with [`Snapshots::set_stream`]).
+    pub(crate) fn begin(
+        &mut self,
+        tree: &mut DataTree,
+        zxid: Zxid,
+        sessions: &[SessionRecord],
+        rng: &mut impl Rng,
+    ) -> bool {
+        if !tree.begin_snapshot(zxid, sessions) {
+            return false;
+        }
+        tracing::info!(%zxid, nodes = tree.node_count(), "snapshot started");
+        self.txns_since = 0;
+        self.after_txns = snapshot_trigger(self.snap_count, rng);
+        self.out = None;
+        true
     }
 
-    fn begin_snapshot(&mut self) {
-        let sessions = self.session_records();
-        if !self.tree.begin_snapshot(self.applied, &sessions) {
-            return;
-        }
-        tracing::info!(zxid = %self.applied, nodes = self.tree.node_count(), "snapshot started");
-        self.txns_since_snapshot = 0;
-        self.snapshot_after_txns = snapshot_trigger(self.cfg.server.snap_count);
-        let (stream, saved) = SnapshotStream::start(self.replicator.snapshot_writer(self.applied));
-        self.snapshot_saves.push(saved);
-        self.snapshot_out = Some(stream);
+    /// The stream to the writer of the snapshot just begun.
+    pub(crate) fn set_stream(&mut self, stream: SnapshotStream) {
+        self.out = Some(stream);
+    }
+
+    /// The stream of the snapshot in progress (the shell waits on its room).
+    pub(crate) fn stream(&self) -> Option<&SnapshotStream> {
+        self.out.as_ref()
     }
 
     /// Drops the stream of a snapshot still being serialised, so its save ends
-    /// (with `Shutdown`) instead of waiting for steps that will not come. True if
+    /// (with `Shutdown`) instead of waiting for steps that will not come (or,
+    /// when a loaded snapshot replaced the tree, so its writer aborts). True if
     /// there was one.
-    pub(crate) fn abandon_snapshot(&mut self) -> bool {
-        self.snapshot_out.take().is_some()
+    pub(crate) fn abandon(&mut self) -> bool {
+        self.out.take().is_some()
     }
 
     /// One step of the snapshot in progress, when the core is idle.
-    pub(crate) fn snapshot_step(&mut self) {
+    pub(crate) fn idle_step(&mut self, tree: &mut DataTree) {
         let nodes = self
-            .snapshot_out
+            .out
             .as_mut()
             .map_or(SNAPSHOT_STEP_NODES, |s| s.pace.idle());
-        self.snapshot_step_nodes(nodes);
+        self.step(tree, nodes);
     }
 
-    fn snapshot_step_nodes(&mut self, budget: usize) {
-        if stream_step(
-            &mut self.tree,
-            &mut self.snapshot_out,
-            budget,
-            SNAPSHOT_CHUNK_BYTES,
-        ) {
-            self.tree.collect_acl_garbage();
+    fn step(&mut self, tree: &mut DataTree, budget: usize) {
+        if stream_step(tree, &mut self.out, budget, SNAPSHOT_CHUNK_BYTES) {
+            tree.collect_acl_garbage();
         }
     }
 }
@@ -165,19 +201,38 @@ impl Core {
 /// or busy disk), the core waits here instead of serialising the tree ahead
 /// of it into a buffer that grows (and is copied as it grows) without bound.
 /// Never, without a stream (its writer failed: there is nothing to write to).
-pub(crate) async fn snapshot_room(out: &Option<SnapshotStream>) {
+pub(crate) async fn snapshot_room(out: Option<&SnapshotStream>) {
     match out {
         // A closed queue resolves at once; the step then drops the stream.
-        Some(s) => drop(s.chunks.reserve().await),
+        // Two slots: one for the step's chunk, one kept for the last chunk.
+        Some(s) => drop(s.chunks.reserve_many(2).await),
         None => std::future::pending().await,
     }
 }
 
 impl SnapshotStream {
+    /// A stream into `chunks`, a queue of [`SNAPSHOT_QUEUE_SLOTS`] (the
+    /// simulator's end of a snapshot; the shell uses [`SnapshotStream::start`]).
+    // Used by tests here; the simulator's use comes with its world.
+    #[allow(dead_code)]
+    pub(crate) fn new(chunks: mpsc::Sender<Chunk>) -> SnapshotStream {
+        debug_assert_eq!(chunks.max_capacity(), SNAPSHOT_QUEUE_SLOTS);
+        SnapshotStream {
+            chunks,
+            pace: SnapshotPace::default(),
+        }
+    }
+
+    /// Whether an ordinary chunk can be queued now (one slot stays free for
+    /// the last chunk).
+    fn has_room(&self) -> bool {
+        self.chunks.capacity() > 1
+    }
+
     /// Starts feeding `writer` from a task; the proposal resolves when the
     /// snapshot is saved (or failed).
-    fn start(writer: SnapshotWriter) -> (SnapshotStream, Proposal) {
-        let (tx, rx) = mpsc::channel(SNAPSHOT_CHUNKS_QUEUED_MAX);
+    pub(crate) fn start(writer: SnapshotWriter) -> (SnapshotStream, Proposal) {
+        let (tx, rx) = mpsc::channel(SNAPSHOT_QUEUE_SLOTS);
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             let _ = done_tx.send(write_chunks(writer, rx).await);
@@ -213,7 +268,7 @@ fn stream_step(
         *out = None;
         return false;
     }
-    if stream.chunks.capacity() == 0 {
+    if !stream.has_room() {
         // The writer is behind: no step (what it would produce could only
         // wait in memory); the txns' debt waits too.
         return false;
@@ -221,14 +276,12 @@ fn stream_step(
     if let Some((zxid, rest)) = tree.snapshot_step(budget) {
         tracing::info!(%zxid, "snapshot written; saving");
         let chunks = out.take().expect("checked above").chunks;
-        // The last chunk may have to wait for room; the core does not.
-        tokio::spawn(async move {
-            let _ = chunks
-                .send(Chunk {
-                    data: rest,
-                    last: true,
-                })
-                .await;
+        // The slot kept for the last chunk is free: ordinary chunks are
+        // queued only while two are. It fails only if the writer is gone,
+        // whose result says why.
+        let _ = chunks.try_send(Chunk {
+            data: rest,
+            last: true,
         });
         return true;
     }
@@ -459,7 +512,11 @@ mod tests {
             assert!(!stream_step(&mut tree, &mut out, 10, 512), "step {step}");
         }
         let stream = out.as_ref().expect("the stream is kept");
-        assert_eq!(stream.chunks.capacity(), 0, "the queue is full");
+        assert_eq!(
+            stream.chunks.capacity(),
+            1,
+            "the queue is full but for the slot kept for the last chunk"
+        );
         let ahead = tree.take_snapshot_output(0).map_or(0, |b| b.len());
         assert!(
             ahead < 2 * 512,
@@ -485,12 +542,9 @@ mod tests {
         let at = Zxid::from_u64(nodes as u64);
         let mut tree = tree_of(nodes);
         assert!(tree.begin_snapshot(at, &[]));
-        let (tx, rx) = mpsc::channel(SNAPSHOT_CHUNKS_QUEUED_MAX);
+        let (tx, rx) = mpsc::channel(SNAPSHOT_QUEUE_SLOTS);
         drop(rx);
-        let mut out = Some(SnapshotStream {
-            chunks: tx,
-            pace: SnapshotPace::default(),
-        });
+        let mut out = Some(SnapshotStream::new(tx));
         assert!(!stream_step(&mut tree, &mut out, 10, 512));
         assert!(
             out.is_none(),
