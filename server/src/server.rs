@@ -167,10 +167,7 @@ async fn run_inner(
 ) -> Result<(), ServerError> {
     let server_id = replicator.id();
     let shell = Shell::new(
-        CoreConfig {
-            server: config.clone(),
-            server_id,
-        },
+        CoreConfig::new(config.clone(), server_id),
         replicator,
         preloaded,
     )?;

@@ -29,6 +29,11 @@ use crate::read_ahead::ReadAhead;
 use crate::tree::DataTree;
 use crate::watch::ConnId;
 
+/// The target of the shell's log lines about the core's work (snapshots
+/// saved, no leader yet): the core's, as they were before the shell was split
+/// from it, so that filters and scripts that look for them keep working.
+const LOG_TARGET: &str = "rzk_server::core";
+
 /// The most messages from connections the shell hands the core in one turn
 /// of its loop: commits, which answer writes, wait at most this many requests.
 const MSGS_PER_TURN_MAX: usize = 32;
@@ -386,6 +391,7 @@ impl Shell {
         };
         let q = self.replicator.stats();
         tracing::warn!(
+            target: LOG_TARGET,
             for_secs = for_ms / 1000,
             voters = q.voters,
             elections = q.elections,
@@ -399,7 +405,9 @@ impl Shell {
 fn on_snapshot_saved(saved: Result<Zxid, ReplicateError>) -> Result<(), CoreError> {
     match saved {
         Ok(z) => {
-            tracing::info!(zxid = %z, "snapshot saved");
+            // Logged as the core's, as before the shell was split from it:
+            // operators' scripts look for this line by its target.
+            tracing::info!(target: LOG_TARGET, zxid = %z, "snapshot saved");
             // The snapshot's freed output chunks left holes among the znodes:
             // give their pages back.
             let started = Instant::now();
@@ -412,11 +420,11 @@ fn on_snapshot_saved(saved: Result<Zxid, ReplicateError>) -> Result<(), CoreErro
             Ok(())
         }
         Err(ReplicateError::Storage(e)) => {
-            tracing::error!(error = %e, "saving a snapshot failed; the server stops");
+            tracing::error!(target: LOG_TARGET, error = %e, "saving a snapshot failed; the server stops");
             Err(ReplicateError::Storage(e).into())
         }
         Err(e) => {
-            tracing::warn!(error = %e, "saving a snapshot failed");
+            tracing::warn!(target: LOG_TARGET, error = %e, "saving a snapshot failed");
             Ok(())
         }
     }

@@ -23,10 +23,20 @@ pub(crate) fn violation(property: &'static str, detail: String) -> Violation {
 
 /// Decodes the 8-byte payload id every simulated transaction carries.
 pub(crate) fn payload_id(e: &Entry) -> u64 {
-    let mut b = [0u8; 8];
-    let n = e.payload.len().min(8);
-    b[..n].copy_from_slice(&e.payload[..n]);
-    u64::from_le_bytes(b)
+    payload_id_of(&e.payload)
+}
+
+/// The id of a payload: the 8-byte id the quorum simulation's clients
+/// propose, or (a server's txn, any other length) a hash of the whole
+/// payload with the top bit set, so the two never meet.
+pub(crate) fn payload_id_of(payload: &[u8]) -> u64 {
+    if payload.len() == 8 {
+        return u64::from_le_bytes(payload.try_into().expect("8 bytes"));
+    }
+    let h = payload.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    h | (1 << 63)
 }
 
 /// The global records the properties are checked against.

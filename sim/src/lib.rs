@@ -31,6 +31,7 @@
 
 mod checker;
 mod relays;
+mod server;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -48,6 +49,8 @@ use rzk_zxid::{CounterLimit, Zxid};
 pub use checker::Violation;
 use checker::{payload_id, violation, Checker, Disk};
 pub use relays::ObserverReport;
+pub use rzk_server::core::CoreBugs;
+pub use server::{ServerOptions, ServerReport};
 
 /// What a run simulates.
 #[derive(Clone, Debug)]
@@ -109,6 +112,10 @@ pub struct Options {
     /// SNAP transfer lasting longer than `snap_retain_count` snapshots starts
     /// over.
     pub hold_log_for_syncs: bool,
+    /// The server-level simulation: every peer also runs rzk's server core,
+    /// and simulated ZooKeeper clients keep sessions on them (`None`: the
+    /// quorum alone, with its own simulated clients).
+    pub server: Option<ServerOptions>,
 }
 
 impl Default for Options {
@@ -134,6 +141,7 @@ impl Default for Options {
             snap_retain_count: 3,
             snapshot_interval_ms: (100, 800),
             hold_log_for_syncs: true,
+            server: None,
         }
     }
 }
@@ -187,6 +195,8 @@ pub struct Report {
     pub snap_tails_from_disk: u64,
     /// See `snaps_outlived_snapshot`.
     pub snaps_purged: u64,
+    /// What the server-level simulation did (with `Options::server`).
+    pub server: Option<ServerReport>,
 }
 
 /// A failing run: the seed, the property, and the last events.
@@ -259,6 +269,8 @@ enum Event {
     },
     /// A random connection is reset.
     LinkReset,
+    /// An event of the server-level simulation.
+    Server(server::ServerEvent),
 }
 
 struct Node {
@@ -317,6 +329,8 @@ struct World {
     /// This seed's in-memory log window (entries, payload bytes): small, so
     /// entries leave memory and DIFFs are read from the durable log.
     window: (usize, u64),
+    /// The server-level simulation, with `Options::server`.
+    server: Option<Box<server::ServerMode>>,
 }
 
 const TICK_MS: u64 = 10;
@@ -369,6 +383,7 @@ pub fn run(seed: u64, opts: &Options) -> Result<Report, Box<Failure>> {
             r.sim_ms = w.now;
             r.acked = w.checker.acked.len();
             r.observers = w.relays.report.clone();
+            r.server = w.server.as_ref().map(|s| s.report.clone());
             Ok(r)
         }
         Err(v) => Err(w.failure(seed, v, "")),
@@ -474,7 +489,12 @@ impl World {
         let snap_chunk = rng.random_range(16..512);
         let snap_window = (snap_chunk * rng.random_range(1..5)) as u64;
         let window = (rng.random_range(2..48), rng.random_range(64..2048));
+        let server = opts
+            .server
+            .clone()
+            .map(|o| Box::new(server::ServerMode::new(seed, o, total)));
         World {
+            server,
             replay_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x7e91_a700_7e91_a700),
             window,
             snap_chunk,
@@ -538,6 +558,15 @@ impl World {
         }
         if opts.disconnect_notice == 0.0 && !opts.link_resets {
             replay.push_str(" --no-disconnects");
+        }
+        if let Some(s) = &opts.server {
+            replay.push_str(&format!(" --server --clients {}", s.clients));
+            if s.bugs.answer_sync_before_apply {
+                replay.push_str(" --bug-sync-before-apply");
+            }
+            if s.bugs.apply_out_of_order {
+                replay.push_str(" --bug-apply-out-of-order");
+            }
         }
         replay.push_str(" --trace 5000");
         Box::new(Failure {
@@ -621,6 +650,9 @@ impl World {
         }
         out.extend(peer.finish_recovery());
         self.nodes[i].peer = Some(peer);
+        if self.server.is_some() {
+            self.server_start(i);
+        }
         let inc = self.nodes[i].incarnation;
         let at = self.now + 1 + self.rng.random_range(0..TICK_MS);
         self.schedule(
@@ -637,9 +669,15 @@ impl World {
         for i in 0..self.nodes.len() {
             self.start(i)?;
         }
-        self.schedule(50, Event::Client);
-        self.schedule(300, Event::Snapshot);
-        self.schedule(200, Event::ClientSync);
+        if self.server.is_some() {
+            // The server cores make their own snapshots; the clients are
+            // ZooKeeper sessions on them.
+            self.server_begin();
+        } else {
+            self.schedule(50, Event::Client);
+            self.schedule(300, Event::Snapshot);
+            self.schedule(200, Event::ClientSync);
+        }
         if self.opts.crashes {
             let at = self.rng.random_range(200..1500);
             let node = self.rng.random_range(0..self.nodes.len());
@@ -800,11 +838,12 @@ impl World {
             p.leader() == Some(l.id())
                 && p.applied() == target
                 && n.sm.last().map(|s| s.0).unwrap_or(Zxid::ZERO) == target
-        })
+        }) && self.server_converged(target)
     }
 
     fn final_checks(&mut self) -> Result<(), Violation> {
         self.check_acked_durable()?;
+        self.server_final_checks()?;
         // Agreement at the end: everyone delivered the same sequence, and it holds
         // every acknowledged transaction (no acknowledged proposal is lost).
         let first = self.nodes[0].sm.clone();
@@ -867,6 +906,9 @@ impl World {
                 }
                 self.schedule(self.now + TICK_MS, Event::Tick { node, incarnation });
                 self.step(node, Input::Tick)?;
+                if self.server.is_some() {
+                    self.server_tick(node)?;
+                }
                 self.observers_read(!self.faults_on)
             }
             Event::Client => self.client(),
@@ -904,6 +946,7 @@ impl World {
                 self.step(to, Input::PeerDisconnected { peer: p })
             }
             Event::LinkReset => self.link_reset(),
+            Event::Server(ev) => self.server_event(ev),
             Event::ReadDone {
                 node,
                 incarnation,
@@ -1057,6 +1100,9 @@ impl World {
     }
 
     fn handle_output(&mut self, i: usize, o: Output) -> Result<(), Violation> {
+        if self.server.is_some() {
+            self.server_on_output(i, &o)?;
+        }
         match o {
             Output::Send { to, msg } => self.send(i, to, msg),
             Output::Refused { peer, msg, reason } => {
@@ -1092,6 +1138,12 @@ impl World {
                             self.nodes[i].id
                         ),
                     ));
+                };
+                // A server-level snapshot file holds the server's tree too.
+                let data = if self.server.is_some() {
+                    server::sm_part(&data)
+                } else {
+                    data
                 };
                 let seq = sm_decode(&data);
                 if seq.last().map(|s| s.0).unwrap_or(Zxid::ZERO) != zxid {
@@ -1583,6 +1635,9 @@ impl World {
         }
         self.harvest(i);
         self.nodes[i].peer = None;
+        if self.server.is_some() {
+            self.server_kill(i);
+        }
         self.relays.drop_relay(i);
         self.notice_crash(i);
         Ok(())

@@ -14,6 +14,9 @@
 //! retains, default 3), `--snapshot-every LO HI` (simulated milliseconds
 //! between snapshots, drawn from LO..HI; default 100 800), `--no-log-hold`
 //! (storage purges the log a SNAP or DIFF in progress still reads).
+//! `--server` runs rzk's server core on every peer with simulated ZooKeeper
+//! clients (`--clients N`, default 6), and `--bug-sync-before-apply` /
+//! `--bug-apply-out-of-order` switch a known server bug back on.
 
 use rzk_quorum::core::TestBugs;
 use rzk_sim::{failover, run, Options};
@@ -68,6 +71,15 @@ fn main() {
     }
     if args.iter().any(|a| a == "--no-log-hold") {
         opts.hold_log_for_syncs = false;
+    }
+    if args.iter().any(|a| a == "--server") {
+        let mut s = rzk_sim::ServerOptions::default();
+        if let Some(n) = get("--clients") {
+            s.clients = n as usize;
+        }
+        s.bugs.answer_sync_before_apply = args.iter().any(|a| a == "--bug-sync-before-apply");
+        s.bugs.apply_out_of_order = args.iter().any(|a| a == "--bug-apply-out-of-order");
+        opts.server = Some(s);
     }
     let nodes = get("--nodes");
     if let Some(t) = get("--trace") {

@@ -284,6 +284,35 @@ pub struct CoreConfig {
     /// This member's id (1 standalone): the top byte of the session ids it
     /// allocates and the `origin` of the txns its clients cause.
     pub server_id: PeerId,
+    /// Known bugs to switch back on (regression proofs of the simulation);
+    /// all off outside tests.
+    pub test_bugs: CoreBugs,
+}
+
+impl CoreConfig {
+    /// The core of member `server_id` with `server`'s settings, no bug on.
+    pub fn new(server: ServerConfig, server_id: PeerId) -> CoreConfig {
+        CoreConfig {
+            server,
+            server_id,
+            test_bugs: CoreBugs::default(),
+        }
+    }
+}
+
+/// Bugs the simulation must catch, switched back on one at a time to show
+/// that it does (each is a mistake a server core can make and still pass a
+/// test that does not look for it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CoreBugs {
+    /// Answer a `sync` as soon as the leader gave its barrier, without
+    /// waiting until this member has applied up to it (Apache ZooKeeper 3.8's
+    /// leader answers its own syncs so: I6b is then broken).
+    pub answer_sync_before_apply: bool,
+    /// Apply a committed txn after the one that follows it (held back one
+    /// step), without the check that each applied zxid follows the last:
+    /// the member's tree then differs from its peers'.
+    pub apply_out_of_order: bool,
 }
 
 /// Why the core stopped.

@@ -49,7 +49,7 @@ pub(crate) mod leader;
 pub(crate) mod read;
 pub(crate) mod route;
 pub(crate) mod sessions;
-pub(crate) mod snapshot;
+pub mod snapshot;
 pub mod write;
 
 use std::net::SocketAddr;
@@ -78,11 +78,14 @@ use data::Data;
 use leader::{LeaderStage, Proposed};
 use route::{route, ReplyAs, Route};
 use sessions::{Revalidation, Sessions};
+pub use snapshot::{Chunk as SnapshotChunk, SNAPSHOT_QUEUE_SLOTS};
 use snapshot::{SnapshotStream, Snapshots};
 use write::{ToLeader, WriteKind, WriteRequest};
 
 pub(crate) use io::CoreMsg;
-pub use io::{CoreConfig, CoreError, Due, Effect, Input, Permit, Req, RequestId, SyncToken, Time};
+pub use io::{
+    CoreBugs, CoreConfig, CoreError, Due, Effect, Input, Permit, Req, RequestId, SyncToken, Time,
+};
 
 /// Whether, and as what, this member serves clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +124,8 @@ pub struct Core {
     not_serving_logged_us: u64,
     /// What the steps so far ask for, in order.
     effects: Vec<Effect>,
+    /// `CoreBugs::apply_out_of_order`: the txn held back until the next.
+    held_txn: Option<(Zxid, Bytes)>,
 }
 
 impl Core {
@@ -146,6 +151,7 @@ impl Core {
             not_serving_since_us: now.mono_us,
             not_serving_logged_us: now.mono_us,
             effects: Vec::new(),
+            held_txn: None,
         }
     }
 
@@ -168,7 +174,7 @@ impl Core {
                 sessions,
                 zxid,
             } => self.on_loaded(tree, sessions, zxid, now),
-            Input::Txn { zxid, payload } => return self.on_txn(zxid, &payload, now),
+            Input::Txn { zxid, payload } => return self.on_txn(zxid, payload, now),
             Input::Role {
                 role,
                 leader,
@@ -268,6 +274,44 @@ impl Core {
         &self.data.tree
     }
 
+    /// Whether `sid` is in the replicated session table.
+    pub fn has_session(&self, sid: SessionId) -> bool {
+        self.sessions.contains(sid)
+    }
+
+    /// Checks what must hold between the stages after every step: every
+    /// ephemeral node belongs to a session of the table (a session's
+    /// ephemerals go in the txn that closes it), and nothing is in flight
+    /// while the member does not serve.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (sid, paths) in self.data.tree.all_ephemerals() {
+            if !paths.is_empty() && !self.sessions.contains(SessionId(*sid)) {
+                return Err(format!(
+                    "{} ephemeral nodes (e.g. {:?}) of session {} not in the session table at {}",
+                    paths.len(),
+                    paths.iter().next(),
+                    SessionId(*sid),
+                    self.data.applied()
+                ));
+            }
+        }
+        if self.serving == Serving::No && self.conns.in_flight_len() > 0 {
+            return Err(format!(
+                "{} requests in flight while not serving",
+                self.conns.in_flight_len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Hands the core the queue to stream the snapshot it asked for
+    /// ([`Effect::BeginSnapshot`]) into; make it with
+    /// [`snapshot::SNAPSHOT_QUEUE_SLOTS`] slots and take [`SnapshotChunk`]s
+    /// from it until the one marked `last`.
+    pub fn snapshot_into(&mut self, chunks: tokio::sync::mpsc::Sender<SnapshotChunk>) {
+        self.snapshots.set_stream(SnapshotStream::new(chunks));
+    }
+
     /// While it cannot serve (no leader: the members it can reach are no
     /// quorum), a member keeps trying and says so every few seconds: how long
     /// it has not served (ms) and how many connections wait, when it is time
@@ -326,12 +370,38 @@ impl Core {
         }
     }
 
-    /// A committed txn: apply, fire watches, answer this member's request.
-    fn on_txn(&mut self, zxid: Zxid, payload: &[u8], now: Time) -> Result<(), CoreError> {
+    /// A committed txn, in zxid order.
+    fn on_txn(&mut self, zxid: Zxid, payload: Bytes, now: Time) -> Result<(), CoreError> {
+        if !self.cfg.test_bugs.apply_out_of_order {
+            return self.apply_txn(zxid, &payload, true, now);
+        }
+        // The bug: every txn with an odd counter waits for the next one.
+        match self.held_txn.take() {
+            Some((held, held_payload)) => {
+                self.apply_txn(zxid, &payload, false, now)?;
+                self.apply_txn(held, &held_payload, false, now)
+            }
+            None if zxid.counter().0 % 2 == 1 => {
+                self.held_txn = Some((zxid, payload));
+                Ok(())
+            }
+            None => self.apply_txn(zxid, &payload, false, now),
+        }
+    }
+
+    /// Applies a committed txn, fires its watches and answers this member's
+    /// request. `in_order`: check that it follows the last one applied.
+    fn apply_txn(
+        &mut self,
+        zxid: Zxid,
+        payload: &[u8],
+        in_order: bool,
+        now: Time,
+    ) -> Result<(), CoreError> {
         let txn =
             Txn::decode(payload).map_err(|e| CoreError::Corrupt(format!("txn {zxid}: {e}")))?;
         let mut events = Vec::new();
-        let applied = match self.data.apply(zxid, &txn, &mut events) {
+        let applied = match self.data.apply(zxid, &txn, &mut events, in_order) {
             Ok(a) => a,
             Err(e) => {
                 tracing::error!(error = %e, "the state diverged from the committed history; the member stops serving");
@@ -1172,6 +1242,12 @@ impl Core {
                 self.conns.fail(id);
                 return Ok(());
             }
+        };
+        // The bug: the barrier taken as reached at once.
+        let zxid = if self.cfg.test_bugs.answer_sync_before_apply {
+            zxid.min(self.data.applied())
+        } else {
+            zxid
         };
         if resume {
             self.sessions.revalidation_barrier(id, zxid);

@@ -40,14 +40,15 @@ const SNAPSHOT_CHUNKS_QUEUED_MAX: usize = 4;
 /// The queue holds one more slot than the chunks it queues: it is kept for
 /// the last chunk, so that the core can always end a snapshot without
 /// waiting (and without a task of its own to wait in).
-const SNAPSHOT_QUEUE_SLOTS: usize = SNAPSHOT_CHUNKS_QUEUED_MAX + 1;
+pub const SNAPSHOT_QUEUE_SLOTS: usize = SNAPSHOT_CHUNKS_QUEUED_MAX + 1;
 
 /// A chunk of the snapshot in progress; `last` ends it.
-pub(crate) struct Chunk {
+#[derive(Debug)]
+pub struct Chunk {
     /// The bytes.
-    pub(crate) data: Bytes,
+    pub data: Bytes,
     /// Whether it is the last.
-    pub(crate) last: bool,
+    pub last: bool,
 }
 
 /// The core's end of the snapshot being streamed to the replicator.
@@ -213,8 +214,6 @@ pub(crate) async fn snapshot_room(out: Option<&SnapshotStream>) {
 impl SnapshotStream {
     /// A stream into `chunks`, a queue of [`SNAPSHOT_QUEUE_SLOTS`] (the
     /// simulator's end of a snapshot; the shell uses [`SnapshotStream::start`]).
-    // Used by tests here; the simulator's use comes with its world.
-    #[allow(dead_code)]
     pub(crate) fn new(chunks: mpsc::Sender<Chunk>) -> SnapshotStream {
         debug_assert_eq!(chunks.max_capacity(), SNAPSHOT_QUEUE_SLOTS);
         SnapshotStream {
