@@ -308,9 +308,6 @@ pub(crate) fn max_fds() -> u64 {
         .unwrap_or(0)
 }
 
-    }
-}
-
 /// Whether member `id` serves observers on an `observerMasterPort`.
 pub(crate) fn serves_observers(cfg: &crate::config::ServerConfig, id: u64) -> bool {
     let participant = cfg

@@ -112,6 +112,16 @@ pub struct Options {
     /// SNAP transfer lasting longer than `snap_retain_count` snapshots starts
     /// over.
     pub hold_log_for_syncs: bool,
+    /// Simulated milliseconds between two crashes, drawn from `lo..hi`.
+    pub crash_interval_ms: (u64, u64),
+    /// Probability of a crash right after a step of a learner's sync.
+    pub sync_crash: f64,
+    /// Simulated milliseconds from a partition's heal to the next partition,
+    /// drawn from `lo..hi`.
+    pub partition_gap_ms: (u64, u64),
+    /// Simulated milliseconds between two connection resets, drawn from
+    /// `lo..hi`.
+    pub link_reset_interval_ms: (u64, u64),
     /// The server-level simulation: every peer also runs rzk's server core,
     /// and simulated ZooKeeper clients keep sessions on them (`None`: the
     /// quorum alone, with its own simulated clients).
@@ -141,6 +151,10 @@ impl Default for Options {
             snap_retain_count: 3,
             snapshot_interval_ms: (100, 800),
             hold_log_for_syncs: true,
+            crash_interval_ms: (500, 2500),
+            sync_crash: 0.02,
+            partition_gap_ms: (200, 2000),
+            link_reset_interval_ms: (300, 3000),
             server: None,
         }
     }
@@ -383,7 +397,7 @@ pub fn run(seed: u64, opts: &Options) -> Result<Report, Box<Failure>> {
             r.sim_ms = w.now;
             r.acked = w.checker.acked.len();
             r.observers = w.relays.report.clone();
-            r.server = w.server.as_ref().map(|s| s.report.clone());
+            r.server = w.server.as_ref().map(|s| s.report());
             Ok(r)
         }
         Err(v) => Err(w.failure(seed, v, "")),
@@ -987,7 +1001,8 @@ impl World {
         if !self.faults_on {
             return Ok(());
         }
-        let at = self.now + self.rng.random_range(300..3000);
+        let (lo, hi) = self.opts.link_reset_interval_ms;
+        let at = self.now + self.rng.random_range(lo..hi);
         self.schedule(at, Event::LinkReset);
         let n = self.nodes.len();
         if n < 2 {
@@ -1049,7 +1064,7 @@ impl World {
             }
             // Crash right after a sync step, before its writes complete: covers
             // an interruption at each step of every sync mode.
-            if self.faults_on && self.opts.crashes && self.rng.random_bool(0.02) {
+            if self.faults_on && self.opts.crashes && self.rng.random_bool(self.opts.sync_crash) {
                 let at = self.now + self.rng.random_range(0..3);
                 self.schedule(at, Event::Crash { node: to });
             }
@@ -1590,7 +1605,8 @@ impl World {
 
     fn crash(&mut self, i: usize) -> Result<(), Violation> {
         if self.faults_on {
-            let at = self.now + self.rng.random_range(500..2500);
+            let (lo, hi) = self.opts.crash_interval_ms;
+            let at = self.now + self.rng.random_range(lo..hi);
             let node = self.rng.random_range(0..self.nodes.len());
             self.schedule(at, Event::Crash { node });
         }
@@ -1668,7 +1684,8 @@ impl World {
         self.note(|| format!("partition {groups:?}"));
         let heal = self.now + self.rng.random_range(100..1500);
         self.schedule(heal, Event::Heal);
-        let next = heal + self.rng.random_range(200..2000);
+        let (lo, hi) = self.opts.partition_gap_ms;
+        let next = heal + self.rng.random_range(lo..hi);
         self.schedule(next, Event::Partition);
         Ok(())
     }

@@ -79,7 +79,7 @@ fn main() {
         }
         s.bugs.answer_sync_before_apply = args.iter().any(|a| a == "--bug-sync-before-apply");
         s.bugs.apply_out_of_order = args.iter().any(|a| a == "--bug-apply-out-of-order");
-        opts.server = Some(s);
+        opts = s.apply_to(opts);
     }
     let nodes = get("--nodes");
     if let Some(t) = get("--trace") {

@@ -6,16 +6,16 @@
 use rzk_sim::{run, CoreBugs, Options, ServerOptions};
 
 fn server_opts(bugs: CoreBugs) -> Options {
-    Options {
+    let server = ServerOptions {
+        bugs,
+        ..ServerOptions::default()
+    };
+    server.apply_to(Options {
         // Shorter runs than the quorum simulation's: each one carries a
         // server core per peer and the clients' checks.
         fault_ms: 6_000,
-        server: Some(ServerOptions {
-            bugs,
-            ..ServerOptions::default()
-        }),
         ..Options::default()
-    }
+    })
 }
 
 /// Runs `count` seeds from `start`, alternating 3 and 5 peers.
@@ -33,6 +33,7 @@ fn run_seeds(start: u64, count: u64, base: &Options) -> rzk_sim::ServerReport {
         total.acks += s.acks;
         total.notifications += s.notifications;
         total.expired += s.expired;
+        total.expirations += s.expirations;
         total.snapshots += s.snapshots;
         total.loads += s.loads;
     }

@@ -51,6 +51,8 @@ pub(crate) struct History {
     pub(crate) acked_max: Zxid,
     /// Write acknowledgements received.
     pub(crate) acks: u64,
+    /// Sessions the leader expired (closes of its own, origin 0).
+    pub(crate) expirations: u64,
 }
 
 impl History {
@@ -65,6 +67,7 @@ impl History {
             triggers: BTreeMap::new(),
             acked_max: Zxid::ZERO,
             acks: 0,
+            expirations: 0,
         }
     }
 
@@ -122,6 +125,9 @@ impl History {
             }
             self.triggers
                 .insert(zxid, events.into_iter().map(|e| (e.kind, e.path)).collect());
+            if txn.header.origin == 0 && txn.body == TxnBody::CloseSession {
+                self.expirations += 1;
+            }
             self.txns.insert(zxid, txn);
             self.shadow_at = zxid;
         }

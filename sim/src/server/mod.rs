@@ -72,13 +72,34 @@ pub struct ServerOptions {
     pub commit_delay_ms: (u64, u64),
 }
 
+impl ServerOptions {
+    /// `base` with this server-level simulation and its fault rates: fewer
+    /// crashes, partitions, connection resets and lost messages than the quorum
+    /// simulation's, so that clients get stretches of service between faults
+    /// (and sessions can expire between two elections) to do what the checks
+    /// look at.
+    pub fn apply_to(self, base: crate::Options) -> crate::Options {
+        crate::Options {
+            crash_interval_ms: (1_500, 5_000),
+            sync_crash: 0.005,
+            partition_gap_ms: (1_500, 5_000),
+            link_reset_interval_ms: (1_500, 6_000),
+            loss: 0.002,
+            duplicate: 0.001,
+            reorder: 0.002,
+            server: Some(self),
+            ..base
+        }
+    }
+}
+
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
-            clients: 6,
+            clients: 8,
             bugs: CoreBugs::default(),
             snap_count: 60,
-            commit_delay_ms: (0, 5),
+            commit_delay_ms: (0, 10),
         }
     }
 }
@@ -100,6 +121,8 @@ pub struct ServerReport {
     pub notifications: u64,
     /// Sessions found expired when their client came back.
     pub expired: u64,
+    /// Sessions the leader expired (committed closes of its own).
+    pub expirations: u64,
     /// Snapshots the server cores streamed and saved.
     pub snapshots: u64,
     /// Snapshots server cores loaded (recovery and SNAP).
@@ -108,7 +131,7 @@ pub struct ServerReport {
 
 /// A member's commit stream item.
 enum Item {
-    Loaded(DataTree, Vec<SessionRecord>, Zxid),
+    Loaded(Box<(DataTree, Vec<SessionRecord>, Zxid)>),
     Txn(Zxid, Bytes),
     Role(Role, Option<PeerId>, Epoch),
     Forwarded(PeerId, Bytes),
@@ -172,6 +195,9 @@ struct Slot {
     waiting_since: u64,
     /// When it last sent anything (ms), for pings.
     last_sent: u64,
+    /// Until when the client is silent (a paused or partitioned client: its
+    /// session expires without it).
+    silent_until: u64,
 }
 
 /// The state of the server-level simulation.
@@ -201,11 +227,12 @@ impl ServerMode {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5e7e_e75e_5e7e_e75e);
         let slots = (0..opts.clients)
             .map(|c| Slot {
-                client: Client::new(c, rng.random_range(1500..4000)),
+                client: Client::new(c, rng.random_range(400..4000)),
                 conn: None,
                 connected: false,
                 waiting_since: 0,
                 last_sent: 0,
+                silent_until: 0,
             })
             .collect();
         ServerMode {
@@ -229,6 +256,17 @@ impl ServerMode {
             report: ServerReport::default(),
             opts,
             rng,
+        }
+    }
+}
+
+impl ServerMode {
+    /// What the run did.
+    pub(crate) fn report(&self) -> ServerReport {
+        ServerReport {
+            acks: self.history.acks,
+            expirations: self.history.expirations,
+            ..self.report.clone()
         }
     }
 }
@@ -388,7 +426,11 @@ impl World {
     /// on a new member, else the server's part of the file on this disk.
     fn server_snapshot_item(&mut self, i: usize, r: &SnapshotRef) -> Result<Item, Violation> {
         if r.size_bytes == 0 {
-            return Ok(Item::Loaded(DataTree::new(), Vec::new(), Zxid::ZERO));
+            return Ok(Item::Loaded(Box::new((
+                DataTree::new(),
+                Vec::new(),
+                Zxid::ZERO,
+            ))));
         }
         let Some(file) = self.nodes[i].disk.snapshot_bytes(r) else {
             return Err(violation(
@@ -413,7 +455,7 @@ impl World {
             ));
         }
         self.sv().report.loads += 1;
-        Ok(Item::Loaded(tree, sessions, zxid))
+        Ok(Item::Loaded(Box::new((tree, sessions, zxid))))
     }
 
     fn server_answer_sync(
@@ -453,11 +495,14 @@ impl World {
                 m.delivering = false;
                 while let Some(item) = self.sv().members[node].stream.pop_front() {
                     let input = match item {
-                        Item::Loaded(tree, sessions, zxid) => Input::Loaded {
-                            tree,
-                            sessions,
-                            zxid,
-                        },
+                        Item::Loaded(loaded) => {
+                            let (tree, sessions, zxid) = *loaded;
+                            Input::Loaded {
+                                tree,
+                                sessions,
+                                zxid,
+                            }
+                        }
                         Item::Txn(zxid, payload) => Input::Txn { zxid, payload },
                         Item::Role(role, leader, epoch) => Input::Role {
                             role,
@@ -729,11 +774,22 @@ impl World {
     /// Client `c` acts: connects, sends requests, pings, or gives up on a
     /// connection that does not answer.
     fn client_act(&mut self, c: usize) -> Result<(), Violation> {
-        self.schedule_client(c, 5, 40);
+        self.schedule_client(c, 5, 25);
         let now = self.now;
         let faults_on = self.faults_on;
         let slot = &self.sv().slots[c];
         let timeout = slot.client.timeout_ms as u64;
+        if slot.silent_until > now {
+            return Ok(());
+        }
+        let idle = slot.connected && slot.client.in_flight.is_empty();
+        if faults_on && idle && self.sv().rng.random_bool(0.002) {
+            // The client pauses for longer than its session timeout: the
+            // leader expires the session and deletes its ephemerals.
+            self.sv().slots[c].silent_until = now + timeout * 4;
+            return Ok(());
+        }
+        let slot = &self.sv().slots[c];
         match &slot.conn {
             None => {
                 if faults_on || slot.client.session != SessionId::NONE {
@@ -986,7 +1042,6 @@ impl World {
                     let slot = &mut slots[c];
                     slot.client.on_reply(&raw, history)?;
                     report.replies += 1;
-                    report.acks = history.acks;
                     slot.waiting_since = now;
                 }
             }
