@@ -37,7 +37,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # What it guarantees (DESIGN.md I5)
+//! # What it guarantees (I5)
 //! - Leadership is reported only after the candidate node is first **and** proven to
 //!   belong to the current session (its `ephemeralOwner`), and after the epoch znode was
 //!   bumped by a conditional write checked together with the candidate node: no two

@@ -2,18 +2,19 @@
 //!
 //! [`StateTracker`] is a sans-IO machine: the connection task feeds it what happened on
 //! the link ([`LinkEvent`]) and the time, and it answers with the public
-//! [`ConnectionState`]s to publish, following Curator's rules (docs/curator-recipes.md
-//! §1.2): `CONNECTED` once, then `SUSPENDED` / `RECONNECTED` / `LOST` / `READ_ONLY`,
-//! duplicates dropped, `LOST` sticky until the next connection, and a new session always
-//! announced by `LOST` before its `RECONNECTED`. It also runs the client-side session
-//! deadline (§1.4): `timeout × fraction` after the start of a suspension it declares the
-//! session lost, once per suspension, and tells the connection task to abandon the
-//! session.
+//! [`ConnectionState`]s to publish, following Curator's rules (docs/recipes.md, "What
+//! produces each state"): `CONNECTED` once, then `SUSPENDED` / `RECONNECTED` / `LOST` /
+//! `READ_ONLY`, duplicates dropped, `LOST` sticky until the next connection, and a new
+//! session always announced by `LOST` before its `RECONNECTED`. It also runs the
+//! client-side session deadline (docs/recipes.md, "The client-side deadline"):
+//! `timeout × fraction` after the start of a suspension it declares the session lost,
+//! once per suspension, and tells the connection task to abandon the session.
 //!
 //! [`StateStream`] delivers the states to each subscriber in order and never drops one:
 //! a subscriber that falls [`STATE_QUEUE_MAX`] events behind gets
 //! [`StateStreamError::Lagged`] at the point of loss instead of a silently shortened
-//! history (Curator's bounded queue drops the oldest event; invariant 14 of §7).
+//! history (Curator's bounded queue drops the oldest event; docs/recipes.md, "The
+//! lifecycle", rule 14).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
@@ -158,7 +159,8 @@ impl StateTracker {
                 self.session_timeout_ms = timeout_ms;
                 self.suspended_since_ms = None;
                 // A new session is always announced by LOST before its RECONNECTED,
-                // so no subscriber can mistake it for the old one (§1.2 rule (c)).
+                // so no subscriber can mistake it for the old one (docs/recipes.md,
+                // "What produces each state", LOST reason (c)).
                 if self.last_session.is_some_and(|old| old != session) {
                     self.publish(ConnectionState::Lost, &mut out);
                 }

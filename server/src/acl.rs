@@ -1,6 +1,7 @@
-//! ACLs and authentication (doc §12): the identities a connection holds, ACL
-//! validation ("fixup") on create and setACL, the permission check, digest
-//! computation and the `ip` scheme's CIDR matching.
+//! ACLs and authentication (docs/client-protocol.md, "ACLs and
+//! authentication"): the identities a connection holds, ACL validation
+//! ("fixup") on create and setACL, the permission check, digest computation and
+//! the `ip` scheme's CIDR matching.
 
 use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr};
@@ -15,10 +16,10 @@ use sha1::{Digest, Sha1};
 #[derive(Clone, Debug, Default)]
 pub struct AuthInfo {
     /// The client's address: the `ip:<address>` identity every client
-    /// connection starts with, first of all. Kept as the address and spelt
-    /// out only where an identity is read as text (an `ip` ACL, whoAmI, a
-    /// forwarded write): as two boxed strings in a `Vec` it cost every idle
-    /// session three allocations, about 100 bytes of RSS (issue 15).
+    /// connection starts with, first of all. Kept as the address and spelt out
+    /// only where an identity is read as text (an `ip` ACL, whoAmI, a forwarded
+    /// write): as two boxed strings in a `Vec` it cost every idle session three
+    /// allocations, about 100 bytes of RSS.
     pub peer_ip: Option<IpAddr>,
     /// The `(scheme, id)` pairs added after the address, in the order they
     /// were added (and a forwarded write's identities, all of them).
@@ -113,7 +114,8 @@ fn ip_text(addr: IpAddr) -> String {
 }
 
 /// The digest identity for an auth string: `<text before the first ':'>:
-/// base64(sha1(whole string))` (doc §12.5). Never fails.
+/// base64(sha1(whole string))` (docs/client-protocol.md, "Digest identities").
+/// Never fails.
 pub fn digest_identity(auth: &[u8]) -> String {
     let text = String::from_utf8_lossy(auth);
     let hash = Sha1::digest(text.as_bytes());
@@ -160,9 +162,10 @@ pub fn authenticate(
     }
 }
 
-/// Validates and rewrites an ACL list for create and setACL (doc §12.3):
-/// duplicates removed, `auth` expanded to the connection's authenticated ids,
-/// every other entry checked by its scheme.
+/// Validates and rewrites an ACL list for create and setACL
+/// (docs/client-protocol.md, "ACL fixup"): duplicates removed, `auth` expanded
+/// to the connection's authenticated ids, every other entry checked by its
+/// scheme.
 pub fn fixup(acl: &[Acl], info: &AuthInfo) -> Result<Vec<Acl>, ErrorCode> {
     let mut unique: Vec<&Acl> = Vec::with_capacity(acl.len());
     for a in acl {
@@ -265,7 +268,7 @@ fn ip_matches(conn_addr: &str, acl_id: &str) -> bool {
 }
 
 /// Whether `info` may do something needing any of `perm` on a node with `acl`
-/// (doc §12.4).
+/// (docs/client-protocol.md, "The permission check").
 pub fn allowed(acl: &[Acl], info: &AuthInfo, perm: Perms) -> bool {
     if acl.is_empty() || info.is_super {
         return true;
@@ -302,7 +305,7 @@ pub fn check(acl: &[Acl], info: &AuthInfo, perm: Perms) -> Result<(), ErrorCode>
 }
 
 /// getACL's masking for a caller without ADMIN: every digest id becomes
-/// `user:x` (doc §7.8).
+/// `user:x` (docs/client-protocol.md, "getACL").
 pub fn masked(acl: &[Acl]) -> Vec<Acl> {
     acl.iter()
         .map(|a| {
@@ -322,7 +325,7 @@ pub fn masked(acl: &[Acl]) -> Vec<Acl> {
 }
 
 /// An interned ACL list as nodes hold it: a thin pointer (8 bytes in every
-/// node, where `Arc<[Acl]>` takes 16: issue 15's bytes per znode).
+/// node, where `Arc<[Acl]>` takes 16: every znode pays it).
 pub type AclRef = Arc<AclList>;
 
 /// An ACL list behind an [`AclRef`]; it derefs to its entries.
@@ -399,11 +402,11 @@ mod tests {
         }
     }
 
-    /// Issue 15: a connection's `ip` identity costs no allocation of its
-    /// own, and reads as ZooKeeper spells it, first, in every place an
-    /// identity is read: whoAmI, an `ip` ACL, a repeated `ip` auth packet.
-    /// Checked by hand: with the identity back in `ids` (as `for_peer` made
-    /// it before) the first assertion fails.
+    /// A connection's `ip` identity costs no allocation of its own, and reads
+    /// as ZooKeeper spells it, first, in every place an identity is read:
+    /// whoAmI, an `ip` ACL, a repeated `ip` auth packet. Checked by hand: with
+    /// the identity back in `ids` (as `for_peer` made it before) the first
+    /// assertion fails.
     #[test]
     fn the_address_identity_is_kept_as_the_address() {
         let mut info = AuthInfo::for_peer("::ffff:10.1.2.3".parse().unwrap());
@@ -552,10 +555,10 @@ mod tests {
         assert_eq!(&*m[1].id.id, "anyone");
     }
 
-    /// Issue 15: nodes hold their ACL list through an 8-byte pointer, equal
-    /// lists share one allocation, and a list no node holds is collected;
-    /// many lists stay findable as the table grows (its rehash and its
-    /// lookup hash the same way).
+    /// Nodes hold their ACL list through an 8-byte pointer, equal lists share
+    /// one allocation, and a list no node holds is collected; many lists stay
+    /// findable as the table grows (its rehash and its lookup hash the same
+    /// way).
     #[test]
     fn interned_acl_lists_are_thin_shared_and_collected() {
         assert_eq!(std::mem::size_of::<AclRef>(), 8);

@@ -133,7 +133,8 @@ pub struct ServerConfig {
     /// read before the server closes its connection (default 64 MiB).
     pub connection_outgoing_bytes_max: u64,
     /// `zookeeper.nio.sessionlessCnxnTimeout`: ms a connection may stay open
-    /// without sending its ConnectRequest (default 10000, doc §3.8).
+    /// without sending its ConnectRequest (default 10000;
+    /// docs/client-protocol.md, "Connection limits").
     pub sessionless_timeout_ms: u64,
     /// `snapCount`: transactions between snapshots (default 100000).
     pub snap_count: u64,
@@ -174,10 +175,10 @@ pub struct ServerConfig {
     /// `peerType`, when the configuration sets it (ZooKeeper's default is
     /// participant).
     pub peer_type: Option<PeerType>,
-    /// `observerMasterPort` (issue 12). On a participant: the port it serves
-    /// observers on (host from its own `server.N` line). On an observer: it
-    /// follows a voter's observer master on this port (ZooKeeper: the same
-    /// port on every voter's host) before it falls back to the leader.
+    /// `observerMasterPort`. On a participant: the port it serves observers on
+    /// (host from its own `server.N` line). On an observer: it follows a
+    /// voter's observer master on this port (ZooKeeper: the same port on every
+    /// voter's host) before it falls back to the leader.
     pub observer_master_port: Option<u16>,
     /// `observerMasterPort.N` (an rzk addition): voter N's port where it
     /// differs from `observerMasterPort` (several members on one host).
@@ -189,11 +190,11 @@ pub struct ServerConfig {
     /// (see [`crate::logging`]).
     pub log_format: crate::logging::LogFormat,
     /// `rzk.zxid.counterLimit`: the highest zxid counter a leader assigns in
-    /// one epoch before it rolls to the next epoch through a rollover
-    /// proposal, without an election (DESIGN.md I3). Default `0xffffffff`, the
-    /// whole 32-bit counter, as ZooKeeper. A test knob: a low limit makes the
-    /// rollover happen every few thousand writes instead of every four
-    /// billion. Values below [`ZXID_COUNTER_LIMIT_MIN`] are refused.
+    /// one epoch before it rolls to the next epoch through a rollover proposal,
+    /// without an election (I3). Default `0xffffffff`, the whole 32-bit
+    /// counter, as ZooKeeper. A test knob: a low limit makes the rollover
+    /// happen every few thousand writes instead of every four billion. Values
+    /// below [`ZXID_COUNTER_LIMIT_MIN`] are refused.
     pub zxid_counter_limit: u32,
     /// `rzk.log.windowEntriesMax`: log entries a member keeps in memory beyond
     /// those not yet applied (default: the quorum core's, 10,000). A learner
@@ -1688,9 +1689,9 @@ mod tests {
         }
     }
 
-    /// `observerMasterPort` (issue 12): one port for every voter, or
-    /// `observerMasterPort.N` per voter; bad values and lines that cannot
-    /// apply are errors naming the key.
+    /// `observerMasterPort`: one port for every voter, or
+    /// `observerMasterPort.N` per voter; bad values and lines that cannot apply
+    /// are errors naming the key.
     #[test]
     fn observer_master_ports_parse_and_bad_ones_are_named() {
         let ens = "server.1=a:1:2\nserver.2=b:1:2\nserver.3=c:1:2:observer\n";
@@ -1752,8 +1753,8 @@ mod tests {
         assert_eq!(no_file.admin_addr, Some("127.0.0.1:8080".parse().unwrap()));
     }
 
-    // Observers (issue 12): ZooKeeper 3.8's QuorumPeerConfig rules, and
-    // stricter where ZooKeeper only warns.
+    // Observers: ZooKeeper 3.8's QuorumPeerConfig rules, and stricter where
+    // ZooKeeper only warns.
 
     #[test]
     fn peer_type_is_read_with_its_line() {

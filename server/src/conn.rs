@@ -5,12 +5,12 @@
 //! slot), and a writer that drains the connection's [`Outbox`].
 //!
 //! Once its first frame is handled a connection is a future written by hand
-//! ([`Serving`]), not an `async fn`: an idle session pays for its task's
-//! whole future for as long as it lives, and a state machine written out
-//! keeps only what the connection needs between two polls (issue 15: an
-//! `async` reader and writer joined in one task made the task 1.4 KiB).
-//! The waits that are rare (the first frame, a request that finds no server
-//! slot or a full core queue) are boxed futures, held only while they last.
+//! ([`Serving`]), not an `async fn`: an idle session pays for its task's whole
+//! future for as long as it lives, and a state machine written out keeps only
+//! what the connection needs between two polls (an `async` reader and writer
+//! joined in one task made the task 1.4 KiB). The waits that are rare (the
+//! first frame, a request that finds no server slot or a full core queue) are
+//! boxed futures, held only while they last.
 
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};
@@ -59,7 +59,8 @@ pub(crate) struct ConnCtx {
     pub(crate) outgoing_bytes_max: usize,
     /// `jute.maxbuffer`.
     pub(crate) frame_bytes_max: usize,
-    /// doc §3.8: a connection that sends no ConnectRequest in this time is closed.
+    /// A connection that sends no ConnectRequest in this time is closed
+    /// (docs/client-protocol.md, "Connection limits").
     pub(crate) sessionless_timeout: Duration,
     pub(crate) whitelist: FourLetterWhitelist,
 }
@@ -310,8 +311,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Serving<S> {
         let req = match item {
             None => None,
             Some(Err(e)) => {
-                // doc §2.2: "Len error" and close, without a reply; the session
-                // lives on.
+                // "Len error" and close, without a reply; the session lives on
+                // (docs/client-protocol.md, "Frame size limit").
                 tracing::warn!(%peer, error = %e, "closing the connection on a framing error");
                 None
             }
@@ -446,8 +447,8 @@ fn try_hand_over(ctx: &ConnCtx, id: ConnId, req: Req, conn: ConnSlot) -> HandOve
 /// `globalOutstandingLimit` counts requests in flight, never connections (as
 /// ZooKeeper's does). Taken before reading, it was held by every idle
 /// connection, and once as many sessions as the limit were open a new one
-/// waited for another's ping (issue 15). Waiting here holds this connection's
-/// slot only, which no other request needs.
+/// waited for another's ping. Waiting here holds this connection's slot only,
+/// which no other request needs.
 async fn hand_over(ctx: Arc<ConnCtx>, outbox: Arc<Outbox>, req: Req, conn: ConnSlot) -> bool {
     let global = tokio::select! {
         g = ctx.global.clone().acquire_owned() => match g {
@@ -468,16 +469,16 @@ async fn hand_over(ctx: Arc<ConnCtx>, outbox: Arc<Outbox>, req: Req, conn: ConnS
     }
 }
 
-/// Reads and decodes frames, holding a buffer only while bytes are in hand
-/// (issue 15: an idle session's memory). A read goes into the thread's
-/// scratch space ([`READ_BYTES_MAX`] bytes, so a pipelined client is read in
-/// large reads), and what it got is copied into a buffer of exactly that
-/// size, or appended to the bytes of a frame not yet complete. A decoded
-/// frame keeps its bytes (a slice of that buffer) until it is answered; once
-/// every byte read is decoded the reader lets go of the buffer, so an idle
-/// connection waits with none. A request costs one small allocation of its
-/// own size, not a fixed 1 KiB buffer that a busy allocator must split and
-/// merge again (`malloc_consolidate` in write-heavy profiles).
+/// Reads and decodes frames, holding a buffer only while bytes are in hand (an
+/// idle session's memory). A read goes into the thread's scratch space
+/// ([`READ_BYTES_MAX`] bytes, so a pipelined client is read in large reads),
+/// and what it got is copied into a buffer of exactly that size, or appended to
+/// the bytes of a frame not yet complete. A decoded frame keeps its bytes (a
+/// slice of that buffer) until it is answered; once every byte read is decoded
+/// the reader lets go of the buffer, so an idle connection waits with none. A
+/// request costs one small allocation of its own size, not a fixed 1 KiB buffer
+/// that a busy allocator must split and merge again (`malloc_consolidate` in
+/// write-heavy profiles).
 pub(crate) struct FrameReader {
     codec: ServerCodec,
     buf: BytesMut,
@@ -566,14 +567,14 @@ mod tests {
         (Arc::new(ctx), rx)
     }
 
-    /// Tokio allocates a task's whole future when it is spawned, for as long
-    /// as the connection lives, in steps of 128 bytes (its header, the
-    /// future, its trailer): an idle session pays for the largest state of
-    /// its connection's future (issue 15). As `async fn`s (the reader and the
-    /// writer joined in one task) the future was 1,104 bytes in this
-    /// unoptimised build and the task 1,408 in the release build; written by
-    /// hand it is the same in either build, and at 160 bytes the task is
-    /// 256 (with the address and the id in the task, 224 bytes, it was 384).
+    /// Tokio allocates a task's whole future when it is spawned, for as long as
+    /// the connection lives, in steps of 128 bytes (its header, the future, its
+    /// trailer): an idle session pays for the largest state of its connection's
+    /// future. As `async fn`s (the reader and the writer joined in one task)
+    /// the future was 1,104 bytes in this unoptimised build and the task 1,408
+    /// in the release build; written by hand it is the same in either build,
+    /// and at 160 bytes the task is 256 (with the address and the id in the
+    /// task, 224 bytes, it was 384).
     #[tokio::test]
     async fn a_connection_task_stays_small() {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -615,10 +616,10 @@ mod tests {
         r.buf.is_empty() && r.buf.as_ptr() == BytesMut::new().as_ptr()
     }
 
-    /// Issue 15: an idle connection holds no read buffer, and a partial
-    /// frame is kept until the rest arrives. Checked by hand: without the
-    /// reset after a decode that leaves nothing, the reader keeps pointing
-    /// into the last read's allocation and this fails.
+    /// An idle connection holds no read buffer, and a partial frame is kept
+    /// until the rest arrives. Checked by hand: without the reset after a
+    /// decode that leaves nothing, the reader keeps pointing into the last
+    /// read's allocation and this fails.
     #[tokio::test]
     async fn the_reader_holds_no_buffer_between_requests() {
         use tokio::io::AsyncWriteExt;

@@ -1,6 +1,6 @@
-//! Four-letter words (doc §14) with ZooKeeper's output formats, formatted
-//! from one [`ServerStats`] snapshot (the AdminServer and the metrics use the
-//! same snapshot).
+//! Four-letter words (docs/client-protocol.md, "Four-letter words") with
+//! ZooKeeper's output formats, formatted from one [`ServerStats`] snapshot (the
+//! AdminServer and the metrics use the same snapshot).
 
 use std::fmt::Write as _;
 

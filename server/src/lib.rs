@@ -1,6 +1,6 @@
 //! `rzk-server`: the rzk server (binary `rzk`): a ZooKeeper-compatible server
-//! on the request pipeline of DESIGN.md — prep → txn → replicate → apply →
-//! reply — with replication behind `rzk_quorum::Replicator` (standalone: the
+//! on the request pipeline of ARCHITECTURE.md — prep → txn → replicate → apply
+//! → reply — with replication behind `rzk_quorum::Replicator` (standalone: the
 //! quorum of one).
 //!
 //! ```no_run
@@ -21,12 +21,13 @@
 //! tree, in zxid order), [`watch`] (watch tables), and the private core
 //! (the task that owns all of it), connections and four-letter words.
 //!
-//! Guarantees: a write is answered only once durable through the replicator
-//! and applied (I6); per connection, replies come in request order and the
-//! notifications a write causes come before its reply (doc §10.3); every
-//! limit is explicit (frame size, connections per IP, requests in flight per
-//! connection and in total, bytes queued to a slow reader, the sessionless
-//! timeout), and bad client input never panics (I7).
+//! Guarantees: a write is answered only once durable through the replicator and
+//! applied (I6); per connection, replies come in request order and the
+//! notifications a write causes come before its reply (docs/client-protocol.md,
+//! "Notifications before replies"); every limit is explicit (frame size,
+//! connections per IP, requests in flight per connection and in total, bytes
+//! queued to a slow reader, the sessionless timeout), and bad client input
+//! never panics (I7).
 
 #![deny(missing_docs)]
 

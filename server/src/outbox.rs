@@ -4,12 +4,12 @@
 //! buffer is bounded: a client that does not read is disconnected instead of
 //! making the server buffer without limit (I7).
 //!
-//! The outbox also holds what the core and the connection's task share
-//! besides the bytes: the cancel flag and the connection's request slots. It
-//! wakes exactly one task, the connection's (the one that last called
-//! [`Outbox::register`] or polled one of its waits): a connection is served
-//! by one task, and one waker slot costs an idle session less than a
-//! `Notify` per event and a semaphore (issue 15).
+//! The outbox also holds what the core and the connection's task share besides
+//! the bytes: the cancel flag and the connection's request slots. It wakes
+//! exactly one task, the connection's (the one that last called
+//! [`Outbox::register`] or polled one of its waits): a connection is served by
+//! one task, and one waker slot costs an idle session less than a `Notify` per
+//! event and a semaphore.
 
 use std::future::poll_fn;
 use std::net::{IpAddr, SocketAddr};
@@ -41,9 +41,8 @@ struct State {
 ///
 /// Every connection holds one for as long as it lives, idle or not, and the
 /// allocator serves it in steps of 16 bytes: its fields are laid out so that
-/// with the `Arc`'s counts it takes 120 bytes, a 128-byte chunk, not 176
-/// (issue 15; the address as its parts, the limits and the slot count as
-/// `u32`s).
+/// with the `Arc`'s counts it takes 120 bytes, a 128-byte chunk, not 176 (the
+/// address as its parts, the limits and the slot count as `u32`s).
 #[derive(Debug)]
 pub struct Outbox {
     state: Mutex<State>,
@@ -57,10 +56,9 @@ pub struct Outbox {
     /// answered.
     slots: AtomicU32,
     /// The client's address (see [`Outbox::peer`]): kept here, once per
-    /// connection, rather than in the connection's task and in the core's
-    /// table both (issue 15); its parts take 19 bytes where a `SocketAddr`
-    /// takes 32 (an IPv6 address's flow label and scope id are not kept:
-    /// nothing reads them).
+    /// connection, rather than in the connection's task and in the core's table
+    /// both; its parts take 19 bytes where a `SocketAddr` takes 32 (an IPv6
+    /// address's flow label and scope id are not kept: nothing reads them).
     peer_ip: IpAddr,
     peer_port: u16,
     /// Set when the connection must stop at once: the reader and the writer
@@ -170,7 +168,7 @@ impl Outbox {
     /// caller's task is woken then). The slot taken is counted, not held:
     /// [`Outbox::taken_slot`] makes it a [`ConnSlot`] and
     /// [`Outbox::give_back_slot`] returns it, so that a connection waiting
-    /// for its next request keeps a flag, not a reference (issue 15).
+    /// for its next request keeps a flag, not a reference.
     pub fn poll_take_slot(&self, cx: &mut Context<'_>) -> Poll<()> {
         if self.take_slot() {
             return Poll::Ready(());
@@ -257,12 +255,12 @@ impl Outbox {
         }
         let before = s.buf.len();
         if s.buf.capacity() == 0 {
-            // Issue 15: grown from nothing, a 220-byte get reply went through
-            // five reallocations (8, 16, 32, 64, 128, 256 bytes), a fifth of
-            // the instructions of a get (callgrind). One allocation of a size
-            // that holds most replies; a larger one doubles from there. The
-            // writer takes the whole buffer, so an idle connection still
-            // holds nothing.
+            // Grown from nothing, a 220-byte get reply went through five
+            // reallocations (8, 16, 32, 64, 128, 256 bytes), a fifth of the
+            // instructions of a get (callgrind). One allocation of a size that
+            // holds most replies; a larger one doubles from there. The writer
+            // takes the whole buffer, so an idle connection still holds
+            // nothing.
             s.buf.reserve(FIRST_REPLY_BYTES);
         }
         write(&mut s.buf);
@@ -323,7 +321,7 @@ impl Outbox {
             // The whole buffer, not a split of it: a split leaves the empty
             // rest pointing into the written bytes' allocation, which then
             // stays alive (and with it a shared header) for as long as the
-            // connection is idle (issue 15). The next reply allocates anew.
+            // connection is idle. The next reply allocates anew.
             return Next::Write(std::mem::take(&mut s.buf));
         }
         if s.closing {
@@ -479,10 +477,10 @@ mod tests {
         );
     }
 
-    /// Issue 15: a reply is encoded into one allocation, made once, of
+    /// A reply is encoded into one allocation, made once, of
     /// `FIRST_REPLY_BYTES`, and `push_len` says what was queued. Checked by
-    /// hand: without the reservation the buffer grows by doubling from 8
-    /// bytes (five reallocations for a get's 220 bytes) and ends at 256.
+    /// hand: without the reservation the buffer grows by doubling from 8 bytes
+    /// (five reallocations for a get's 220 bytes) and ends at 256.
     #[test]
     fn a_reply_is_encoded_into_one_allocation() {
         let o = Outbox::new(1, PEER, 1 << 20, 1);
@@ -515,12 +513,11 @@ mod tests {
 mod layout_tests {
     use super::*;
 
-    /// Issue 15: every connection holds its outbox for as long as it lives,
-    /// in an `Arc` (16 bytes of counts) that glibc serves as a chunk of the
-    /// size plus 8, rounded up to 16: at 104 bytes or less the chunk is 128
-    /// bytes. Checked by hand: with the address as a `SocketAddr` and the
-    /// limits as `usize`s the outbox is 144 bytes (a 176-byte chunk) and this
-    /// fails.
+    /// Every connection holds its outbox for as long as it lives, in an `Arc`
+    /// (16 bytes of counts) that glibc serves as a chunk of the size plus 8,
+    /// rounded up to 16: at 104 bytes or less the chunk is 128 bytes. Checked
+    /// by hand: with the address as a `SocketAddr` and the limits as `usize`s
+    /// the outbox is 144 bytes (a 176-byte chunk) and this fails.
     #[test]
     fn an_outbox_fits_a_128_byte_chunk() {
         let bytes = std::mem::size_of::<Outbox>();

@@ -1,4 +1,4 @@
-//! ZooKeeper's path rules (doc §7.1).
+//! ZooKeeper's path rules (docs/client-protocol.md, "Paths").
 
 /// Whether `path` is a valid znode path by ZooKeeper's rules: starts with `/`,
 /// no trailing `/` (except the root), no empty component, no `.` or `..`
@@ -68,7 +68,8 @@ pub fn is_at_or_below(path: &str, ancestor: &str) -> bool {
         || (path.starts_with(ancestor) && path.as_bytes().get(ancestor.len()) == Some(&b'/'))
 }
 
-/// The nodes ZooKeeper never lets a client delete (doc §7.3).
+/// The nodes ZooKeeper never lets a client delete (docs/client-protocol.md,
+/// "delete").
 pub fn is_protected(path: &str) -> bool {
     matches!(
         path,

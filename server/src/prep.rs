@@ -2,8 +2,9 @@
 //! tree *plus* the changes of txns proposed but not yet applied (ZooKeeper's
 //! outstanding ChangeRecords). A failed check becomes an error txn.
 //!
-//! Validation order and error codes follow doc §7 op by op; the order decides
-//! which error a request that is wrong in several ways gets.
+//! Validation order and error codes follow docs/client-protocol.md,
+//! "Operations", op by op; the order decides which error a request that is
+//! wrong in several ways gets.
 
 use bytes::Bytes;
 use foldhash::{HashMap, HashMapExt};
@@ -282,7 +283,7 @@ impl Prep {
         }
     }
 
-    /// doc §7.2, steps 1–11.
+    /// docs/client-protocol.md, "create", steps 1–11.
     #[allow(clippy::too_many_arguments)]
     fn prep_create(
         &self,
@@ -366,7 +367,7 @@ impl Prep {
         })
     }
 
-    /// doc §7.3.
+    /// docs/client-protocol.md, "delete".
     fn prep_delete(
         &self,
         tree: &DataTree,
@@ -397,7 +398,7 @@ impl Prep {
         Ok(TxnOp::Delete { path: p.to_owned() })
     }
 
-    /// doc §7.4.
+    /// docs/client-protocol.md, "setData".
     fn prep_set_data(
         &self,
         tree: &DataTree,
@@ -426,7 +427,7 @@ impl Prep {
         })
     }
 
-    /// doc §7.5.
+    /// docs/client-protocol.md, "setACL".
     fn prep_set_acl(
         &self,
         tree: &DataTree,
@@ -457,7 +458,7 @@ impl Prep {
         })
     }
 
-    /// A multi's check (doc §12.4: READ).
+    /// A multi's check (READ: docs/client-protocol.md, "The permission check").
     fn prep_check(
         &self,
         tree: &DataTree,

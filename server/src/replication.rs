@@ -243,8 +243,9 @@ fn absolute(p: &Path) -> PathBuf {
 
 /// The quorum core's timing from zoo.cfg (one tick of the core = 1 ms).
 fn core_config(config: &ServerConfig, m: &Membership) -> Config {
-    // Only participants count in any quorum; observers are listed so the
-    // core knows them as non-voting learners (docs/ensemble.md §4).
+    // Only participants count in any quorum; observers are listed so the core
+    // knows them as non-voting learners (docs/ensemble.md, "Observers in the
+    // quorum core").
     let mut c = Config::new(PeerId(m.id), m.voters.iter().map(|v| PeerId(*v)))
         .with_observers(m.observers.iter().map(|o| PeerId(*o)));
     let tick = u64::from(config.tick_time_ms.max(1));
@@ -364,7 +365,7 @@ async fn open_with(
             }
         };
         let mut grpc = GrpcConfig::new(PeerId(membership.id), peers);
-        // sslQuorum (issue 16): a bad store stops the start with its reason.
+        // sslQuorum: a bad store stops the start with its reason.
         grpc.tls = crate::tls::quorum_tls(
             config,
             membership

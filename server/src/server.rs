@@ -247,9 +247,9 @@ async fn run_inner(
                 let id = next_id;
                 next_id += 1;
                 let ctx = ctx.clone();
-                // Two kinds of task: a TLS handshake's state is large, and
-                // a plain connection's task is only its own state machine
-                // (issue 15). Each resolves to the client's address.
+                // Two kinds of task: a TLS handshake's state is large, and a
+                // plain connection's task is only its own state machine Each
+                // resolves to the client's address.
                 match tls {
                     None => conns.spawn(conn::serve(stream, peer, id, ctx)),
                     Some(tls) => conns.spawn(async move {

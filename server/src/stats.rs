@@ -159,10 +159,10 @@ pub(crate) struct QuorumView {
     pub synced_non_voting_followers: usize,
     pub synced_observers: usize,
     pub pending_syncs: usize,
-    /// A member with an `observerMasterPort` (issue 12): the observers
-    /// attached to its relay now (server id, transactions queued for it).
-    /// `None` without the port (ZooKeeper prints `synced_observers` on a
-    /// follower only when it runs an ObserverMaster).
+    /// A member with an `observerMasterPort`: the observers attached to its
+    /// relay now (server id, transactions queued for it). `None` without the
+    /// port (ZooKeeper prints `synced_observers` on a follower only when it
+    /// runs an ObserverMaster).
     pub relayed_observers: Option<Vec<(u64, usize)>>,
     /// An observer: the member it takes committed transactions from, a
     /// voter's observer master or else the leader (ZooKeeper's

@@ -1,12 +1,12 @@
-//! Watches (doc §10): one-shot data/exist and child watches, persistent and
-//! persistent-recursive watches (addWatch), with the 3.9 behaviour where the
-//! modes coexist on one connection and path.
+//! Watches (docs/client-protocol.md, "Watches"): one-shot data/exist and child
+//! watches, persistent and persistent-recursive watches (addWatch), with the
+//! 3.9 behaviour where the modes coexist on one connection and path.
 //!
-//! Storage is interned on both sides, so that one watch costs few bytes
-//! (issue 15's goal is ≤ 48 B; `benches/watch-rss.sh` measured 25.5 B of the
-//! server's RSS per watch with 1M watches on 100k znodes, 55.9 B before):
+//! Storage is interned on both sides, so that one watch costs few bytes (the
+//! goal is ≤ 48 B; `benches/watch-rss.sh` measured 25.5 B of the server's RSS
+//! per watch with 1M watches on 100k znodes, 55.9 B before):
 //! - every watched path is stored once, in a slot of `paths` numbered by a
-//!   [`PathId`] and found by its text through a table of 4-byte ids;
+//!   `PathId` and found by its text through a table of 4-byte ids;
 //! - every connection with a watch has a slot of `conns`, and the path's
 //!   watcher list holds one `u32` per watching connection: its slot number
 //!   and the kinds it holds there as four bits;

@@ -1,5 +1,6 @@
-//! Four-letter words (doc §14): a bare 4-byte ASCII command sent as the very
-//! first bytes of a connection instead of a ConnectRequest's length prefix.
+//! Four-letter words (docs/client-protocol.md, "Four-letter words"): a bare
+//! 4-byte ASCII command sent as the very first bytes of a connection instead of
+//! a ConnectRequest's length prefix.
 
 use bytes::{BufMut, BytesMut};
 

@@ -7,8 +7,8 @@
 //! then the auth packets and `setWatches2` for the watches to re-arm, then requests,
 //! pings at a third of the read timeout (the read timeout is 2/3 of the negotiated
 //! session timeout, like the Java client), and a read deadline. Replies must come in
-//! request order (docs/zk-client-protocol.md §4.3); anything else is a protocol error
-//! that drops the connection.
+//! request order (docs/client-protocol.md, "Reply order"); anything else is a
+//! protocol error that drops the connection.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex as StdMutex};

@@ -846,7 +846,8 @@ fn closed() -> Answer {
 /// A reply whose body does not fit its request. Each typed operation matches the one
 /// `Response` shape its opcode can have and sends every other variant here: whatever a
 /// future variant is, it is a protocol violation for that request, so this catch-all is
-/// the meaning we want, not a gap that rule 7 of STYLE.md guards against.
+/// the meaning we want, not the gap that "no wildcard arm on a protocol enum" guards
+/// against (ARCHITECTURE.md, "How the code is written").
 fn unexpected(response: &Response) -> Error {
     Error::Transport(format!("unexpected response {response:?}"))
 }

@@ -1,12 +1,13 @@
 //! The client's table of watches: which local watcher gets which server notification,
 //! and what to re-register with `setWatches2` after a reconnect.
 //!
-//! Keys are server paths (chroot included). One-shot watches are removed when they
-//! fire; persistent and recursive ones stay until the session ends. Dispatch follows the
-//! server's rules (docs/zk-client-protocol.md §10.3–10.4): data and exist watches see
-//! NodeCreated / NodeDataChanged / NodeDeleted of their node, child watches see
-//! NodeChildrenChanged and NodeDeleted, persistent watches see everything on their
-//! node, recursive watches see everything but NodeChildrenChanged on their subtree.
+//! Keys are server paths (chroot included). One-shot watches are removed when they fire;
+//! persistent and recursive ones stay until the session ends. Dispatch follows the
+//! server's rules (docs/client-protocol.md, "What fires what" and "Persistent and
+//! recursive watches"): data and exist watches see NodeCreated / NodeDataChanged /
+//! NodeDeleted of their node, child watches see NodeChildrenChanged and NodeDeleted,
+//! persistent watches see everything on their node, recursive watches see everything but
+//! NodeChildrenChanged on their subtree.
 
 use std::collections::HashMap;
 

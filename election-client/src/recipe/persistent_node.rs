@@ -218,8 +218,8 @@ pub struct NodeMachine {
 }
 
 /// What a closed [`NodeMachine`] still has to remove from the server before it ends
-/// (docs/curator-recipes.md §7 invariant 16: close is final and clean, and a create
-/// that lands after close is deleted, CURATOR-18).
+/// (docs/recipes.md, "The lifecycle", rule 16: close is final and clean, and a
+/// create that lands after close is deleted, CURATOR-18).
 #[derive(Debug, Default)]
 struct Cleanup {
     /// The session whose ephemerals are ours to remove; once it is gone (`LOST`, or a

@@ -302,7 +302,7 @@ enum AfterClose {
 
 #[test]
 fn close_at_every_step_leaves_nothing_of_ours_and_ends() {
-    // Invariant 16 of docs/curator-recipes.md §7 and CURATOR-18: a create answered
+    // docs/recipes.md, "The lifecycle", rule 16, and CURATOR-18: a create answered
     // after close is deleted; a close while suspended deletes once reconnected.
     // Checked to fail: with the old close (delete the known node, end at once, later
     // answers dropped), a create that landed before a suspension stayed on the server

@@ -44,8 +44,9 @@ async fn next_granted(latch: &mut LeaderLatch) -> Grant {
 #[tokio::test(start_paused = true)]
 async fn seed_latch_regains_leadership_after_expiry_with_parent_collected() {
     let _trap = rzk_testkit::PanicTrap::new();
-    // The seed (leader-latch-session-expiry.txt): the session expires, the ephemeral goes,
-    // the empty container parent is collected, connectivity returns.
+    // The leader-latch failure (docs/recipes.md, "The session-expiry failure"):
+    // the session expires, the ephemeral goes, the empty container parent is
+    // collected, connectivity returns.
     let server = FakeServer::default();
     let client = server.client();
     let mut latch = LeaderLatch::start(client.clone(), cfg("a"));

@@ -33,7 +33,8 @@ impl Reader<'_> {
         let xid = frame.xid;
         let zxid = self.data.applied();
         let result = self.read_result(&frame.request);
-        // doc §4.4: a sasl reply carries zxid 0.
+        // A sasl reply carries zxid 0 (docs/client-protocol.md, "The zxid in
+        // replies").
         let zxid = if frame.request.opcode() == OpCode::Sasl {
             Zxid::ZERO
         } else {
@@ -186,9 +187,10 @@ impl Reader<'_> {
                 );
                 Ok(Response::Empty)
             }
-            // doc §7.13: without SASL configured, OK with a null token.
+            // Without SASL configured, OK with a null token
+            // (docs/client-protocol.md, "sasl").
             Request::Sasl(_) => Ok(Response::Sasl(SetSaslResponse { token: None })),
-            // doc §7.14: reconfig is disabled.
+            // Reconfig is disabled (docs/client-protocol.md, "reconfig").
             Request::Reconfig(_) => Err(ErrorCode::ReconfigDisabled),
             Request::Create(_)
             | Request::Create2(_)
@@ -242,8 +244,9 @@ impl Reader<'_> {
         result.unwrap_or_else(MultiResult::Error)
     }
 
-    /// doc §10.7: re-arms watches after a reconnect, firing at once what
-    /// changed since the client's `relative` zxid.
+    /// Re-arms watches after a reconnect, firing at once what changed since the
+    /// client's `relative` zxid (docs/client-protocol.md, "Restoring watches
+    /// after a reconnect").
     fn set_watches(
         &mut self,
         relative: Zxid,
