@@ -114,15 +114,14 @@ def run_suite(label, server, work_dir, pytest_args):
     if not results:
         raise RunError(f"no tests ran against {label}")
     if not server.alive():
-        log(f"{label} exited during the run (code {server.proc.returncode}); "
-            f"log {server.log_path}:\n{server.log_tail()}")
+        log(f"{label} exited during the run; log {server.log_path}:\n{server.log_tail()}")
         results["<server stayed up for the whole run>"] = "failed"
     return results
 
 
 def against(label, start, work_dir, pytest_args, *start_args):
     server = servers.start_with_retry(start, *start_args, work_dir)
-    log(f"{label} is up on {server.hosts} (pid {server.proc.pid}, log {server.log_path})")
+    log(f"{label} is up on {server.hosts} (pids {server.pids}, log {server.log_path})")
     try:
         return run_suite(label, server, work_dir, pytest_args)
     finally:

@@ -1,21 +1,24 @@
 """Starting and stopping the servers the interop suite runs against.
 
-Both servers get the same zoo.cfg (see `write_zoo_cfg`). Apache ZooKeeper takes a few of
-these settings only as Java system properties (they are documented that way in the
-ZooKeeper admin guide), so for it the same values are also passed as -D flags; zoo.cfg keys
-it does not know become harmless `zookeeper.<key>` properties. rzk reads them all from the
-file.
+Both servers get the same zoo.cfg (`suite_settings`). Apache ZooKeeper takes a few of these
+settings only as Java system properties (they are documented that way in the ZooKeeper admin
+guide), so for it the same values are also passed as -D flags; zoo.cfg keys it does not know
+become harmless `zookeeper.<key>` properties. rzk reads them all from the file.
 
-Every server runs in the foreground as a child of the runner, on a port found by binding
-port 0, with its data in a fresh temporary directory, and is stopped by its PID.
+The runner's servers (standalone, an ensemble of ENSEMBLE_SIZE, or ENSEMBLE_SIZE voters and
+OBSERVERS observers) are started by the repository's ensemble launcher, rzk-ensemble
+(testkit/README.md): it writes every member's zoo.cfg (the same `server.N=` lines) and
+`myid` under the work dir, starts the members the way an operator does (rzk <zoo.cfg>, or
+ZooKeeper's QuorumPeerMain, ZooKeeperServerMain when standalone, on every port reserved for
+it), waits until they have settled, and stops them by PID; `Ensemble` here is a thin wrapper
+that calls it. Each member is then checked with a real session handshake before the suite
+runs.
 
-An ensemble (`start_zookeeper_ensemble`, `start_rzk_ensemble`) is ENSEMBLE_SIZE such
-processes whose zoo.cfg files add initLimit, syncLimit and the same `server.N=` lines (every
-port bound to port 0 first), with `myid` in each dataDir: started the way an operator starts
-one, from files only. Apache ZooKeeper's members run QuorumPeerMain, with the same JVM
-flags as the standalone server (-Xmx, no -Xms).
+`Server`, `write_zoo_cfg` and the ZooKeeper command line below are for the interop/ops tests,
+which start single servers with extra jars and keys of their own.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -27,6 +30,7 @@ import time
 import zkraw
 
 HOST = "127.0.0.1"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The settings every target gets. The suite's expectations (session timeout bounds, TTL on,
 # the super user, the container reaper interval) come from here and reach the tests through
@@ -42,7 +46,6 @@ SUPER_PASSWORD = "interop-super-secret"
 
 ZOOKEEPER_JARS = "/usr/share/java"
 ZOOKEEPER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
-ZOOKEEPER_QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
 # Ensemble mode: members per ensemble, and the ensemble settings (in ticks of
 # TICK_TIME_MS) every member's zoo.cfg adds to the common ones.
@@ -78,10 +81,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def write_zoo_cfg(path, port, data_dir, members=None, extra=()):
-    """Writes the zoo.cfg both servers get. `members` (ensemble mode) is the list of
-    `server.N=...` lines every member shares; without it the server is standalone.
-    `extra` lines are this member's own (`peerType=observer`)."""
+def write_zoo_cfg(path, port, data_dir, extra=()):
+    """Writes the zoo.cfg of a standalone server of the ops tests: the same keys the runner's
+    servers get (`suite_settings`), then `extra` lines (a later key wins)."""
     lines = [
         "# Written by interop/servers.py: the same file for Apache ZooKeeper and rzk.",
         f"tickTime={TICK_TIME_MS}",
@@ -89,20 +91,10 @@ def write_zoo_cfg(path, port, data_dir, members=None, extra=()):
         f"dataLogDir={data_dir}/datalog",
         f"clientPort={port}",
         f"clientPortAddress={HOST}",
-        f"minSessionTimeout={MIN_SESSION_TIMEOUT_MS}",
-        f"maxSessionTimeout={MAX_SESSION_TIMEOUT_MS}",
-        f"maxClientCnxns={MAX_CLIENT_CNXNS}",
-        "snapCount=10000",
-        "autopurge.snapRetainCount=3",
         "4lw.commands.whitelist=*",
-        "zookeeper.extendedTypesEnabled=true",
-        f"jute.maxbuffer={JUTE_MAX_BUFFER}",
-        f"superDigest={super_digest()}",
-        f"znode.container.checkIntervalMs={CONTAINER_CHECK_INTERVAL_MS}",
+        *suite_settings()[1::2],
+        *extra,
     ]
-    if members:
-        lines += [f"initLimit={INIT_LIMIT_TICKS}", f"syncLimit={SYNC_LIMIT_TICKS}", *members]
-    lines += list(extra)
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -220,12 +212,12 @@ class Server:
         self.stop()
 
 
-def _prepare(name, work_dir, port=None, members=None, extra=()):
+def _prepare(name, work_dir, extra=()):
     os.makedirs(work_dir, exist_ok=True)
     data_dir = tempfile.mkdtemp(prefix=f"rzk-interop-{name}-")
-    port = port or free_port()
+    port = free_port()
     cfg = os.path.join(work_dir, f"{name}-zoo.cfg")
-    write_zoo_cfg(cfg, port, data_dir, members, extra)
+    write_zoo_cfg(cfg, port, data_dir, extra)
     log_path = os.path.join(work_dir, f"{name}-server.log")
     if os.path.exists(log_path):
         os.remove(log_path)
@@ -277,34 +269,103 @@ def _zookeeper_argv(work_dir, cfg, main):
     return argv, conf_dir
 
 
-def start_zookeeper(work_dir):
-    """Starts Apache ZooKeeper (the Debian package's jars) in the foreground."""
-    data_dir, port, cfg, log_path = _prepare("zookeeper", work_dir)
-    argv, conf_dir = _zookeeper_argv(work_dir, cfg, ZOOKEEPER_MAIN)
-    return Server("zookeeper", argv, conf_dir, data_dir, port, log_path, work_dir).start()
+def suite_settings():
+    """The zoo.cfg keys every runner target gets, as `rzk-ensemble --set` words (tickTime,
+    the limits and every four-letter word are given by their own options)."""
+    keys = [
+        f"minSessionTimeout={MIN_SESSION_TIMEOUT_MS}",
+        f"maxSessionTimeout={MAX_SESSION_TIMEOUT_MS}",
+        f"maxClientCnxns={MAX_CLIENT_CNXNS}",
+        "snapCount=10000",
+        "autopurge.snapRetainCount=3",
+        "zookeeper.extendedTypesEnabled=true",
+        f"jute.maxbuffer={JUTE_MAX_BUFFER}",
+        f"superDigest={super_digest()}",
+        f"znode.container.checkIntervalMs={CONTAINER_CHECK_INTERVAL_MS}",
+    ]
+    return [w for k in keys for w in ("--set", k)]
 
 
-def start_rzk(binary, work_dir):
-    """Starts `rzk <zoo.cfg>` in the foreground."""
-    data_dir, port, cfg, log_path = _prepare("rzk", work_dir)
-    return Server("rzk", [binary, cfg], None, data_dir, port, log_path, work_dir).start()
+_CLI = []
+
+
+def ensemble_cli():
+    """The rzk-ensemble binary: $RZK_ENSEMBLE, else built from this repository (release,
+    under $CARGO_TARGET_DIR when set)."""
+    if _CLI:
+        return _CLI[0]
+    path = os.environ.get("RZK_ENSEMBLE")
+    if not path:
+        env = dict(os.environ)
+        env.setdefault("CARGO_BUILD_JOBS", "2")
+        code = subprocess.call(
+            ["cargo", "build", "--release", "-p", "rzk-testkit", "--bin", "rzk-ensemble"],
+            cwd=REPO, env=env)
+        if code != 0:
+            raise ServerError(f"cargo build of rzk-ensemble failed (exit code {code})")
+        target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(REPO, "target")
+        path = os.path.join(target, "release", "rzk-ensemble")
+    if not os.access(path, os.X_OK):
+        raise ServerError(f"{path} is not an executable (RZK_ENSEMBLE)")
+    _CLI.append(path)
+    return path
+
+
+class Member:
+    """One member as rzk-ensemble recorded it."""
+
+    def __init__(self, record):
+        self.id = record["id"]
+        self.role = record["role"]
+        self.pid = record["pid"]
+        host, _, port = record["client"].rpartition(":")
+        self.host, self.port = host, int(port)
+        self.log_path = record["log"]
+        self.dir = record["dir"]
+
+    @property
+    def hosts(self):
+        return f"{self.host}:{self.port}"
+
+    def log_tail(self, lines=40):
+        return _tail(self.log_path, lines)
+
+
+def _tail(path, lines):
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
 
 
 class Ensemble:
-    """ENSEMBLE_SIZE server processes configured as one ensemble (the same server.N lines
-    in every zoo.cfg, myid in each dataDir). Offers what the runner uses of a `Server`:
-    `hosts` (the connect string of every member), `members`, `alive`, `stop`, `cleanup`,
-    `log_tail`, `log_path`, `proc`."""
+    """Servers started by rzk-ensemble in `<work_dir>/<name>`: a standalone server, or
+    voters and observers configured as one ensemble (the same server.N lines in every
+    zoo.cfg, myid in each dataDir). Offers what the runner uses: `hosts` (the connect
+    string of the members the suite talks to), `members`, `pids`, `alive`, `stop`,
+    `cleanup`, `log_tail`, `log_path`."""
 
-    def __init__(self, name, members, server_lines, clients=None, expect_mode=None):
+    def __init__(self, name, work_dir, program, voters=1, observers=0, standalone=False,
+                 observer_master=False, expect_mode=None):
         self.name = name
-        self.servers = members
-        # The server.N lines every member's zoo.cfg has.
-        self.server_lines = server_lines
-        # The members the suite connects to (default: all); observer mode gives it the
-        # observer only, and tells it the mode that member must report.
-        self.clients = clients if clients is not None else members
+        self.dir = os.path.join(work_dir, name)
+        self.program = program
+        self.voters, self.observers, self.standalone = voters, observers, standalone
+        self.observer_master = observer_master
+        # Observer mode gives the suite the observers only, and tells it the mode they
+        # must report.
         self.expect_mode = expect_mode
+        self.servers = []
+        # The server.N lines every member's zoo.cfg has (none: standalone).
+        self.server_lines = []
+
+    @property
+    def clients(self):
+        if self.expect_mode == "observer":
+            return [m for m in self.servers if m.role == "observer"]
+        return self.servers
 
     @property
     def hosts(self):
@@ -315,97 +376,104 @@ class Ensemble:
         return [m.hosts for m in self.clients]
 
     @property
+    def pids(self):
+        return ",".join(str(m.pid) for m in self.servers)
+
+    @property
     def log_path(self):
         return ", ".join(m.log_path for m in self.servers)
 
-    @property
-    def proc(self):
-        """The first member that exited (for its return code), else the first member's."""
-        dead = [m.proc for m in self.servers if not m.alive()]
-        return (dead or [self.servers[0].proc])[0]
+    def _cli(self, *args, **kwargs):
+        return subprocess.run([ensemble_cli(), *args], text=True, **kwargs)
 
     def start(self):
-        for m in self.servers:
-            m.launch()
-        # Members elect a leader among themselves; each serves once it has synced with it.
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        try:
-            for m in self.servers:
-                m.wait_ready(deadline)
-        except ServerError:
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+        shape = (["--standalone"] if self.standalone else
+                 ["--voters", str(self.voters), "--observers", str(self.observers),
+                  "--init-limit", str(INIT_LIMIT_TICKS), "--sync-limit", str(SYNC_LIMIT_TICKS)])
+        if self.observer_master:
+            shape += ["--observer-master", "per-voter"]
+        # Its own session, as the members it starts: a signal to the runner's process group
+        # does not reach them (the runner stops them by PID in its `finally`).
+        done = self._cli(
+            "start", "--dir", self.dir, *self.program, *shape, "--tick-ms", str(TICK_TIME_MS),
+            "--data-log-dir", *suite_settings(), "--timeout", str(int(READY_TIMEOUT_S)),
+            "--json", stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        if done.returncode != 0:
             self.stop()
-            self.cleanup()
-            raise
+            raise ServerError(f"{self.name} did not start (rzk-ensemble exited with "
+                              f"{done.returncode}):\n{done.stderr[-6000:]}")
+        record = json.loads(done.stdout)
+        self.servers = [Member(m) for m in record["members"]]
+        with open(os.path.join(self.servers[0].dir, "zoo.cfg")) as f:
+            self.server_lines = [line.strip() for line in f if line.startswith("server.")]
+        # Readiness is a real handshake: each member the suite talks to grants a session.
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        for m in self.clients:
+            while not zkraw.probe(m.host, m.port):
+                if time.monotonic() > deadline or not self.alive():
+                    self.stop()
+                    raise ServerError(f"{self.name}: {m.hosts} did not accept a session within "
+                                      f"{READY_TIMEOUT_S:.0f} s; log: {m.log_path}\n{m.log_tail()}")
+                time.sleep(0.2)
         return self
 
     def alive(self):
-        return all(m.alive() for m in self.servers)
+        return self._cli("status", "--dir", self.dir, "--require-running",
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
 
     def stop(self):
-        for m in self.servers:
-            m.stop()
+        """Stops every member by its PID: SIGTERM, then SIGKILL after a grace period."""
+        if os.path.exists(os.path.join(self.dir, "ensemble.json")):
+            self._cli("stop", "--dir", self.dir, "--grace", str(int(STOP_TIMEOUT_S)),
+                      stderr=subprocess.DEVNULL)
 
     def cleanup(self):
+        """Removes the members' data; their zoo.cfg and logs stay in the work dir."""
         for m in self.servers:
-            m.cleanup()
+            for d in ("data", "datalog"):
+                shutil.rmtree(os.path.join(m.dir, d), ignore_errors=True)
 
     def log_tail(self, lines=40):
-        return "\n".join(f"--- {m.name}\n{m.log_tail(lines)}" for m in self.servers)
+        if len(self.servers) == 1:
+            return self.servers[0].log_tail(lines)
+        return "\n".join(f"--- {self.name}-{m.id}\n{m.log_tail(lines)}" for m in self.servers)
 
 
-def _ensemble_configs(name, work_dir, observers=0, observer_master=False):
-    """The shared server lines, and per member (member name, data dir, client port,
-    zoo.cfg, log), with the server lines written into every zoo.cfg and each member's
-    myid into its dataDir. `observers` members follow the ENSEMBLE_SIZE voters, as in
-    ZooKeeper: `:observer` on their line everywhere, `peerType=observer` in their own
-    zoo.cfg. `observer_master` (rzk only) gives every voter its own observer-master
-    port, `observerMasterPort.N=P` in every zoo.cfg (rzk's per-member form: on one host
-    the ports must differ; ZooKeeper would need a loopback address per member), so the
-    observers follow a follower's relay."""
-    ids = range(1, ENSEMBLE_SIZE + observers + 1)
-    ports = {i: (free_port(), free_port(), free_port()) for i in ids}  # client, quorum, election
-    master_lines = [
-        f"observerMasterPort.{i}={free_port()}" for i in range(1, ENSEMBLE_SIZE + 1)
-    ] if observer_master else []
+ZOOKEEPER_CLI = ["--zookeeper", "--zookeeper-jars", ZOOKEEPER_JARS, "--jvm-arg=-Xmx512m"]
 
-    def observes(i):
-        return i > ENSEMBLE_SIZE
 
-    members = [
-        f"server.{i}={HOST}:{quorum}:{election}{':observer' if observes(i) else ''};"
-        f"{HOST}:{client}"
-        for i, (client, quorum, election) in ports.items()
-    ]
-    out = []
-    for i in ids:
-        member = f"{name}-{i}"
-        extra = (["peerType=observer"] if observes(i) else []) + master_lines
-        data_dir, port, cfg, log_path = _prepare(member, work_dir, ports[i][0], members, extra)
-        os.makedirs(os.path.join(data_dir, "data"), exist_ok=True)
-        with open(os.path.join(data_dir, "data", "myid"), "w") as f:
-            f.write(f"{i}\n")
-        out.append((member, data_dir, port, cfg, log_path))
-    return members, out
+def _zookeeper_program():
+    jar = os.path.join(ZOOKEEPER_JARS, "zookeeper.jar")
+    if not os.path.exists(jar):
+        raise ServerError(f"{jar} is missing: install Debian's zookeeper package "
+                          "(apt-get install -y zookeeper)")
+    if shutil.which("java") is None:
+        raise ServerError("java is not on PATH (Debian: apt-get install -y default-jre-headless)")
+    # A ceiling, not a reservation (no -Xms): the heap grows as it is used.
+    return ZOOKEEPER_CLI
+
+
+def start_zookeeper(work_dir):
+    """Apache ZooKeeper (the Debian package's jars), standalone."""
+    return Ensemble("zookeeper", work_dir, _zookeeper_program(), standalone=True).start()
+
+
+def start_rzk(binary, work_dir):
+    """rzk, standalone."""
+    return Ensemble("rzk", work_dir, ["--rzk", binary], standalone=True).start()
 
 
 def start_zookeeper_ensemble(work_dir):
-    """Starts an Apache ZooKeeper ensemble (QuorumPeerMain, one JVM per member)."""
-    lines, configs = _ensemble_configs("zookeeper-ensemble", work_dir)
-    servers = []
-    for member, data_dir, port, cfg, log_path in configs:
-        argv, conf_dir = _zookeeper_argv(work_dir, cfg, ZOOKEEPER_QUORUM_MAIN)
-        servers.append(Server(member, argv, conf_dir, data_dir, port, log_path, work_dir))
-    return Ensemble("zookeeper-ensemble", servers, lines).start()
+    """An Apache ZooKeeper ensemble (QuorumPeerMain, one JVM per member)."""
+    return Ensemble("zookeeper-ensemble", work_dir, _zookeeper_program(),
+                    voters=ENSEMBLE_SIZE).start()
 
 
 def start_rzk_ensemble(binary, work_dir):
-    """Starts an rzk ensemble: `rzk <zoo.cfg>` per member."""
-    lines, configs = _ensemble_configs("rzk-ensemble", work_dir)
-    servers = [
-        Server(member, [binary, cfg], None, data_dir, port, log_path, work_dir)
-        for member, data_dir, port, cfg, log_path in configs
-    ]
-    return Ensemble("rzk-ensemble", servers, lines).start()
+    """An rzk ensemble: `rzk <zoo.cfg>` per member."""
+    return Ensemble("rzk-ensemble", work_dir, ["--rzk", binary], voters=ENSEMBLE_SIZE).start()
 
 
 # Observer mode: a 3+1 ensemble (ENSEMBLE_SIZE voters and this many observers); the suite
@@ -414,28 +482,21 @@ OBSERVERS = 1
 
 
 def start_zookeeper_observer(work_dir):
-    """An Apache ZooKeeper ensemble of ENSEMBLE_SIZE voters and OBSERVERS observers; the
-    suite is pointed at the observer."""
-    lines, configs = _ensemble_configs("zookeeper-observer", work_dir, OBSERVERS)
-    servers = []
-    for member, data_dir, port, cfg, log_path in configs:
-        argv, conf_dir = _zookeeper_argv(work_dir, cfg, ZOOKEEPER_QUORUM_MAIN)
-        servers.append(Server(member, argv, conf_dir, data_dir, port, log_path, work_dir))
-    return Ensemble("zookeeper-observer", servers, lines, servers[ENSEMBLE_SIZE:],
-                    "observer").start()
+    """An Apache ZooKeeper ensemble of ENSEMBLE_SIZE voters and OBSERVERS observers (on the
+    leader); the suite is pointed at the observer."""
+    return Ensemble("zookeeper-observer", work_dir, _zookeeper_program(), voters=ENSEMBLE_SIZE,
+                    observers=OBSERVERS, expect_mode="observer").start()
 
 
 def start_rzk_observer(binary, work_dir):
-    """The same topology of rzk processes, with observer-master ports on the voters: the
-    observer follows a follower's relay (checked before the suite runs); the suite is
-    pointed at the observer."""
-    lines, configs = _ensemble_configs("rzk-observer", work_dir, OBSERVERS, observer_master=True)
-    servers = [
-        Server(member, [binary, cfg], None, data_dir, port, log_path, work_dir)
-        for member, data_dir, port, cfg, log_path in configs
-    ]
-    ensemble = Ensemble("rzk-observer", servers, lines, servers[ENSEMBLE_SIZE:],
-                        "observer").start()
+    """The same topology of rzk processes, with an observer-master port on every voter
+    (`observerMasterPort.N=P` in every zoo.cfg, rzk's per-member form: on one host the
+    ports must differ; ZooKeeper would need a loopback address per member): the observer
+    follows a follower's relay (checked before the suite runs); the suite is pointed at
+    the observer."""
+    ensemble = Ensemble("rzk-observer", work_dir, ["--rzk", binary], voters=ENSEMBLE_SIZE,
+                        observers=OBSERVERS, observer_master=True,
+                        expect_mode="observer").start()
     try:
         _wait_relayed(ensemble)
     except ServerError:
@@ -445,10 +506,10 @@ def start_rzk_observer(binary, work_dir):
     return ensemble
 
 
-def four_letter(port, word):
-    """A four-letter word's answer from HOST:port ("" when it does not answer)."""
+def four_letter(port, word, host=HOST):
+    """A four-letter word's answer from host:port ("" when it does not answer)."""
     try:
-        with socket.create_connection((HOST, port), timeout=5) as s:
+        with socket.create_connection((host, port), timeout=5) as s:
             s.sendall(word.encode())
             chunks = []
             while chunk := s.recv(65536):
@@ -463,23 +524,24 @@ def _wait_relayed(ensemble):
     `zk_observer_master_id` names a member whose `srvr` says `Mode: follower`, and
     prints what each follows."""
     deadline = time.monotonic() + READY_TIMEOUT_S
-    for i, obs in enumerate(ensemble.clients, start=ENSEMBLE_SIZE + 1):
+    voters = [m for m in ensemble.servers if m.role == "voter"]
+    for obs in ensemble.clients:
         while True:
-            mntr = four_letter(obs.port, "mntr")
+            mntr = four_letter(obs.port, "mntr", obs.host)
             master = next((line.split("\t", 1)[1].strip() for line in mntr.splitlines()
                            if line.startswith("zk_observer_master_id\t")), None)
-            modes = {j + 1: next((line.split(":", 1)[1].strip()
-                                  for line in four_letter(m.port, "srvr").splitlines()
-                                  if line.startswith("Mode:")), None)
-                     for j, m in enumerate(ensemble.servers[:ENSEMBLE_SIZE])}
+            modes = {m.id: next((line.split(":", 1)[1].strip()
+                                 for line in four_letter(m.port, "srvr", m.host).splitlines()
+                                 if line.startswith("Mode:")), None)
+                     for m in voters}
             if master and master.isdigit() and modes.get(int(master)) == "follower":
                 leader = [j for j, mode in modes.items() if mode == "leader"]
-                print(f"[interop] rzk observer {i}: mntr zk_observer_master_id {master} "
+                print(f"[interop] rzk observer {obs.id}: mntr zk_observer_master_id {master} "
                       f"(a follower; the leader is {leader})", flush=True)
                 break
             if time.monotonic() > deadline:
                 raise ServerError(
-                    f"rzk observer {i} does not follow a follower within "
+                    f"rzk observer {obs.id} does not follow a follower within "
                     f"{READY_TIMEOUT_S:.0f} s (zk_observer_master_id {master}, voters {modes}); "
                     f"log: {obs.log_path}\n{obs.log_tail()}")
             time.sleep(0.2)

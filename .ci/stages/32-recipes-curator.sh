@@ -9,18 +9,12 @@
 # Installs what it needs on a fresh Debian machine; fast when already installed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=../lib.sh
+source .ci/lib.sh
 
-need=()
-for p in zookeeper libcurator-framework-java libcurator-recipes-java; do
-  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-done
-command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "32-recipes-curator: installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}"
-fi
+need_pkgs zookeeper libcurator-framework-java libcurator-recipes-java
+need_cmd javac default-jdk-headless
+apt_install 32-recipes-curator
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

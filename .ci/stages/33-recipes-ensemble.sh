@@ -8,17 +8,11 @@
 # Duration (2 cores, warm build): about 1 minute per server; see the closing line.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=../lib.sh
+source .ci/lib.sh
 
-need=()
-for p in zookeeper zookeeper-bin; do
-  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  echo "installing: ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}"
-fi
+need_pkgs zookeeper zookeeper-bin
+apt_install 33-recipes-ensemble
 
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 stage_start=$(date +%s)

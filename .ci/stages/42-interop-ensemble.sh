@@ -11,21 +11,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-need=()
-[ -f /usr/share/java/zookeeper.jar ] && [ -x /usr/share/zookeeper/bin/zkCli.sh ] ||
-  need+=(zookeeper zookeeper-bin)
-command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+# shellcheck source=../lib.sh
+source .ci/lib.sh
+
+need_zookeeper
 # tests/test_curator.py: Curator 5.4's jars, compiled against with javac.
-command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
-for p in libcurator-framework-java libcurator-recipes-java; do
-  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-done
-command -v python3 >/dev/null 2>&1 || need+=(python3)
-python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
-if [ "${#need[@]}" -gt 0 ]; then
-  echo "42-interop-ensemble: installing ${need[*]}"
-  apt-get update
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}"
-fi
+need_cmd javac default-jdk-headless
+need_pkgs libcurator-framework-java libcurator-recipes-java
+need_python_venv
+apt_install 42-interop-ensemble
 
 exec interop/run --mode ensemble

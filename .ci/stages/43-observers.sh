@@ -27,23 +27,15 @@
 # Installs what it needs on a fresh Debian machine; a no-op when it is there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=../lib.sh
+source .ci/lib.sh
 
 cargo test -p rzk-server --test observers_kill9 --test observer_config
 
-need=()
-[ -f /usr/share/java/zookeeper.jar ] && [ -x /usr/share/zookeeper/bin/zkCli.sh ] ||
-  need+=(zookeeper zookeeper-bin)
-command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
-command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
-for p in libcurator-framework-java libcurator-recipes-java; do
-  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-done
-command -v python3 >/dev/null 2>&1 || need+=(python3)
-python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
-if [ "${#need[@]}" -gt 0 ]; then
-  echo "43-observers: installing ${need[*]}"
-  apt-get update
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}"
-fi
+need_zookeeper
+need_cmd javac default-jdk-headless
+need_pkgs libcurator-framework-java libcurator-recipes-java
+need_python_venv
+apt_install 43-observers
 
 exec interop/run --mode observer

@@ -9,22 +9,16 @@
 # Time: about 1 minute on 2 cores once rzk is built (40-interop builds the release binary).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=../lib.sh
+source .ci/lib.sh
 
-need=()
-[ -f /usr/share/java/zookeeper.jar ] && [ -x /usr/share/zookeeper/bin/zkCli.sh ] ||
-  need+=(zookeeper zookeeper-bin)
-[ -f /usr/share/java/netty-handler.jar ] || need+=(libnetty-java)
-[ -f /usr/share/java/servlet-api.jar ] || need+=(libservlet-api-java)
-[ -f /usr/share/java/slf4j-simple.jar ] || need+=(libslf4j-java)
-command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
-command -v openssl >/dev/null 2>&1 || need+=(openssl)
-command -v python3 >/dev/null 2>&1 || need+=(python3)
-python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
-if [ "${#need[@]}" -gt 0 ]; then
-  echo "45-ops: installing ${need[*]}"
-  apt-get update
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}"
-fi
+need_zookeeper
+need_file /usr/share/java/netty-handler.jar libnetty-java
+need_file /usr/share/java/servlet-api.jar libservlet-api-java
+need_file /usr/share/java/slf4j-simple.jar libslf4j-java
+need_cmd openssl openssl
+need_python_venv
+apt_install 45-ops
 
 # The ops tests' own venv (their pins add Prometheus's parser to the interop clients).
 venv=interop/ops/.venv

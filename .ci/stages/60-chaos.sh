@@ -20,6 +20,8 @@
 # Installs what it needs; every member it starts is stopped by PID at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# shellcheck source=../lib.sh
+source .ci/lib.sh
 export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 start=$(date +%s)
 target="${CHAOS_TARGET:-rzk}"
@@ -34,14 +36,9 @@ both) targets=(rzk zookeeper) ;;
 esac
 
 if [[ " ${targets[*]} " == *" zookeeper "* ]]; then
-  need=()
-  [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
-  command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
-  if [ "${#need[@]}" -gt 0 ]; then
-    echo "60-chaos: installing ${need[*]}"
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}"
-  fi
+  need_file /usr/share/java/zookeeper.jar zookeeper
+  need_cmd java default-jre-headless
+  apt_install 60-chaos
 fi
 
 echo "60-chaos: checker self-tests"

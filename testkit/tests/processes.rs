@@ -210,6 +210,8 @@ fn the_cli_starts_reports_kills_restarts_and_stops() {
     assert!(!Path::new(&format!("/proc/{}/stat", pids[0])).exists() || gone(pids[0]));
     let (ok, _, err) = cli(&["wait", "--dir", dir, "--timeout", "30"]);
     assert!(ok, "{err}");
+    let (ok, _, err) = cli(&["status", "--dir", dir, "--require-running"]);
+    assert!(!ok && err.contains("members not running: 1"), "{err}");
     let s = status(dir);
     assert_eq!(s["leader"], 2);
     assert_eq!(s["members"][0]["alive"], false);
@@ -218,6 +220,8 @@ fn the_cli_starts_reports_kills_restarts_and_stops() {
     assert_eq!(out.trim(), "2");
 
     let (ok, _, err) = cli(&["restart", "--dir", dir, "1", "--until", "settled"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = cli(&["status", "--dir", dir, "--require-running"]);
     assert!(ok, "{err}");
     let s = status(dir);
     assert_eq!(s["leader"], 1);

@@ -54,6 +54,9 @@ enum Cmd {
         /// and the `leader`'s id.
         #[arg(long)]
         json: bool,
+        /// Exit 1 if a member is not running (it exited, or was killed).
+        #[arg(long)]
+        require_running: bool,
     },
     /// Wait until the running members have settled (or serve).
     Wait {
@@ -251,7 +254,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Start(s) => start(*s),
-        Cmd::Status { dir, json } => status(&dir, json),
+        Cmd::Status {
+            dir,
+            json,
+            require_running,
+        } => status(&dir, json, require_running),
         Cmd::Wait {
             dir,
             until,
@@ -354,7 +361,10 @@ fn start(s: Start) -> Result<(), String> {
 
 fn program(s: &Start) -> Result<Program, String> {
     let mut p = match &s.rzk {
-        Some(bin) => Program::rzk(bin.clone()),
+        // Absolute, so a later `restart` from another directory finds it.
+        Some(bin) => Program::rzk(
+            std::fs::canonicalize(bin).map_err(|e| format!("--rzk {}: {e}", bin.display()))?,
+        ),
         None => Program::ZooKeeper {
             java: PathBuf::from("java"),
             jars: s.zookeeper_jars.clone(),
@@ -477,12 +487,24 @@ fn status_json(e: &mut Ensemble) -> Value {
     v
 }
 
-fn status(dir: &Path, as_json: bool) -> Result<(), String> {
+fn status(dir: &Path, as_json: bool, require_running: bool) -> Result<(), String> {
     let mut e = attach(dir)?;
     let v = status_json(&mut e);
+    let down: Vec<String> = v["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .filter(|m| m["alive"] != json!(true))
+        .map(|m| m["id"].to_string())
+        .collect();
+    let verdict = if require_running && !down.is_empty() {
+        Err(format!("members not running: {}", down.join(", ")))
+    } else {
+        Ok(())
+    };
     if as_json {
         println!("{v}");
-        return Ok(());
+        return verdict;
     }
     for m in v["members"].as_array().expect("members") {
         println!(
@@ -499,7 +521,7 @@ fn status(dir: &Path, as_json: bool) -> Result<(), String> {
             m["client"].as_str().unwrap_or("?"),
         );
     }
-    Ok(())
+    verdict
 }
 
 fn stop(dir: &Path, grace: u64) -> Result<(), String> {
