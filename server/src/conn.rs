@@ -30,7 +30,7 @@ use tokio_util::codec::Decoder;
 
 use crate::acl::AuthInfo;
 use crate::config::FourLetterWhitelist;
-use crate::core::{CoreMsg, Permit, Req};
+use crate::core::{CoreMsg, Input, Permit, Req};
 use crate::fourlw;
 use crate::outbox::{ConnSlot, Next, Outbox};
 use crate::watch::ConnId;
@@ -169,13 +169,13 @@ async fn first_frame<S: AsyncRead + AsyncWrite + Unpin>(
             false
         }
         Ok(Some(Ok(Incoming::Connect(req)))) => {
-            let msg = CoreMsg::Connect {
+            let msg = CoreMsg::Input(Input::Connect {
                 conn: id,
                 peer,
                 auth,
                 outbox: outbox.clone(),
                 req,
-            };
+            });
             ctx.core.send(msg).await.is_ok()
         }
         Ok(Some(Ok(_))) => false,
@@ -350,12 +350,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Serving<S> {
         }
         let conn = self.outbox.conn();
         match self.ctx.core.try_reserve() {
-            Ok(slot) => slot.send(CoreMsg::Closed { conn }),
+            Ok(slot) => slot.send(CoreMsg::Input(Input::Closed { conn })),
             Err(mpsc::error::TrySendError::Full(())) => {
                 let core = self.ctx.core.clone();
                 self.wait = Some(Box::pin(async move {
                     if let Ok(slot) = core.reserve().await {
-                        slot.send(CoreMsg::Closed { conn });
+                        slot.send(CoreMsg::Input(Input::Closed { conn }));
                     }
                     true
                 }));
@@ -428,11 +428,11 @@ fn try_hand_over(ctx: &ConnCtx, id: ConnId, req: Req, conn: ConnSlot) -> HandOve
     match ctx.core.try_reserve() {
         Ok(slot) => {
             let permit = Permit { conn, global };
-            slot.send(CoreMsg::Request {
+            slot.send(CoreMsg::Input(Input::Request {
                 conn: id,
                 req,
                 permit,
-            });
+            }));
             HandOver::Sent
         }
         Err(mpsc::error::TrySendError::Full(())) => HandOver::Wait(req, conn),
@@ -458,11 +458,11 @@ async fn hand_over(ctx: Arc<ConnCtx>, outbox: Arc<Outbox>, req: Req, conn: ConnS
         _ = outbox.cancelled() => return false,
     };
     let permit = Permit { conn, global };
-    let msg = CoreMsg::Request {
+    let msg = CoreMsg::Input(Input::Request {
         conn: outbox.conn(),
         req,
         permit,
-    };
+    });
     tokio::select! {
         r = ctx.core.send(msg) => r.is_ok(),
         _ = outbox.cancelled() => false,

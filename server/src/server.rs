@@ -276,7 +276,9 @@ async fn run_inner(
         Some(r) => r,
         None => {
             tracing::info!("shutdown requested");
-            let _ = core_tx.send(CoreMsg::Shutdown).await;
+            let _ = core_tx
+                .send(CoreMsg::Input(crate::core::Input::Shutdown))
+                .await;
             (&mut core_task).await
         }
     };

@@ -267,22 +267,7 @@ impl Shell {
 
     fn on_msg(&mut self, msg: CoreMsg) -> Result<(), CoreError> {
         let input = match msg {
-            CoreMsg::Connect {
-                conn,
-                peer,
-                auth,
-                outbox,
-                req,
-            } => Input::Connect {
-                conn,
-                peer,
-                auth,
-                outbox,
-                req,
-            },
-            CoreMsg::Request { conn, req, permit } => Input::Request { conn, req, permit },
-            CoreMsg::Closed { conn } => Input::Closed { conn },
-            CoreMsg::Shutdown => Input::Shutdown,
+            CoreMsg::Input(input) => input,
             CoreMsg::FourLetter { word, reply } => {
                 let q = self.replicator.stats();
                 let _ = reply.send(self.core.four_letter(word, &q, self.clock.now()));
@@ -323,7 +308,7 @@ impl Shell {
             Committed::Snapshot { zxid, source } => {
                 let (tree, sessions, zxid) = self.load(zxid, &source)?;
                 Input::Loaded {
-                    tree,
+                    tree: Box::new(tree),
                     sessions,
                     zxid,
                 }

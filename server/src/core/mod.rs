@@ -345,12 +345,18 @@ impl Core {
     /// I2: everything derived from the state is rebuilt from the snapshot (a
     /// start-up recovery or a learner's SNAP sync). A member loads a snapshot
     /// only while it is not serving, so it has no clients to keep.
-    fn on_loaded(&mut self, tree: DataTree, sessions: Vec<SessionRecord>, at: Zxid, now: Time) {
+    fn on_loaded(
+        &mut self,
+        tree: Box<DataTree>,
+        sessions: Vec<SessionRecord>,
+        at: Zxid,
+        now: Time,
+    ) {
         self.stop_serving("a snapshot is loaded", now);
         // A snapshot of the old tree in progress is abandoned (its writer
         // aborts when its stream ends unfinished).
         self.snapshots.abandon();
-        self.data.reset(tree, at);
+        self.data.reset(*tree, at);
         self.show_membership(now);
         self.sessions.reset(sessions);
         tracing::info!(zxid = %at, nodes = self.data.tree.node_count(), "snapshot loaded");

@@ -142,55 +142,30 @@ pub fn route(frame: RequestFrame) -> Route {
 /// Whether an opcode is a write (for requests whose record could not be
 /// decoded: a malformed write is still answered in the session's write order).
 pub fn is_write(op: OpCode) -> bool {
-    match op {
-        OpCode::Create
-        | OpCode::Create2
-        | OpCode::CreateContainer
-        | OpCode::CreateTtl
-        | OpCode::Delete
-        | OpCode::SetData
-        | OpCode::SetAcl
-        | OpCode::Check
-        | OpCode::Multi
-        | OpCode::CloseSession => true,
-        // Never sent by clients: the server's decoder treats it as unknown.
-        OpCode::DeleteContainer
-        | OpCode::Notification
-        | OpCode::Exists
-        | OpCode::GetData
-        | OpCode::GetAcl
-        | OpCode::GetChildren
-        | OpCode::Sync
-        | OpCode::Ping
-        | OpCode::GetChildren2
-        | OpCode::Reconfig
-        | OpCode::CheckWatches
-        | OpCode::RemoveWatches
-        | OpCode::MultiRead
-        | OpCode::Auth
-        | OpCode::SetWatches
-        | OpCode::Sasl
-        | OpCode::GetEphemerals
-        | OpCode::GetAllChildrenNumber
-        | OpCode::SetWatches2
-        | OpCode::AddWatch
-        | OpCode::WhoAmI
-        | OpCode::CreateSession
-        | OpCode::Error => false,
-    }
+    class(op).0
 }
 
 /// ZooKeeper's four-letter abbreviation of a write's opcode (`cons`'s `lop`).
 fn op_abbrev(op: OpCode) -> &'static str {
+    class(op).1
+}
+
+/// The one table of opcodes: whether each is a write, and how `cons` names it
+/// (ZooKeeper's `lop`; writes only, the rest print as `CHEC`).
+fn class(op: OpCode) -> (bool, &'static str) {
     match op {
-        OpCode::Create | OpCode::Create2 | OpCode::CreateContainer | OpCode::CreateTtl => "CREA",
-        OpCode::Delete | OpCode::DeleteContainer => "DELE",
-        OpCode::SetData => "SETD",
-        OpCode::SetAcl => "SETA",
-        OpCode::Multi => "MULT",
-        OpCode::CloseSession => "CLOS",
-        OpCode::Check
-        | OpCode::Notification
+        OpCode::Create | OpCode::Create2 | OpCode::CreateContainer | OpCode::CreateTtl => {
+            (true, "CREA")
+        }
+        OpCode::Delete => (true, "DELE"),
+        OpCode::SetData => (true, "SETD"),
+        OpCode::SetAcl => (true, "SETA"),
+        OpCode::Check => (true, "CHEC"),
+        OpCode::Multi => (true, "MULT"),
+        OpCode::CloseSession => (true, "CLOS"),
+        // Never sent by clients: the server's decoder treats it as unknown.
+        OpCode::DeleteContainer => (false, "DELE"),
+        OpCode::Notification
         | OpCode::Exists
         | OpCode::GetData
         | OpCode::GetAcl
@@ -211,7 +186,7 @@ fn op_abbrev(op: OpCode) -> &'static str {
         | OpCode::AddWatch
         | OpCode::WhoAmI
         | OpCode::CreateSession
-        | OpCode::Error => "CHEC",
+        | OpCode::Error => (false, "CHEC"),
     }
 }
 

@@ -498,7 +498,7 @@ impl World {
                         Item::Loaded(loaded) => {
                             let (tree, sessions, zxid) = *loaded;
                             Input::Loaded {
-                                tree,
+                                tree: Box::new(tree),
                                 sessions,
                                 zxid,
                             }
