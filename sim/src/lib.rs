@@ -18,6 +18,12 @@
 //! When faults stop, a leader must be elected and every peer must converge within
 //! a bounded simulated time (Liveness).
 //!
+//! With [`Options::server`] every peer also runs rzk-server's core over its
+//! quorum core, and simulated ZooKeeper clients check what they see on every
+//! reply (session order, reads against the committed history, writes,
+//! `sync`, watches before replies, ephemerals with their sessions): see the
+//! `server` module and [`ServerOptions`].
+//!
 //! Every run is a pure function of its seed (ChaCha RNG, no wall clock, no hash
 //! map iteration), so a failure replays exactly:
 //!
