@@ -34,7 +34,7 @@ impl Cluster {
         };
         for id in IDS {
             let mut cfg = Config::new(id, IDS);
-            cfg.finalize_wait = 0;
+            cfg.finalize_wait_ticks = 0;
             let (p, out) = Peer::new(cfg, Recovered::default(), Tick(0)).unwrap();
             c.peers.push(p);
             c.route((id.0 - 1) as usize, out);
@@ -123,8 +123,8 @@ fn driver(c: &mut Criterion) {
         let mut reps = Vec::new();
         for id in IDS {
             let mut cfg = Config::new(id, IDS);
-            cfg.finalize_wait = 10;
-            cfg.notification_interval_min = 10;
+            cfg.finalize_wait_ticks = 10;
+            cfg.notification_interval_ticks_min = 10;
             let (t, inbox) = net.join(id);
             let r = ZabReplicator::start(DriverConfig::new(cfg), MemStorage::new(), t, inbox)
                 .await

@@ -227,12 +227,12 @@ pub async fn run_node(o: NodeOptions) -> anyhow::Result<()> {
     let (transport, inbox) =
         GrpcTransport::start(GrpcConfig::new(o.id, o.peers.clone()), listener)?;
     let mut cfg = Config::new(o.id, o.peers.keys().copied());
-    cfg.sync_limit = o.sync_limit_ms;
-    cfg.init_limit = o.sync_limit_ms * 2;
-    cfg.ping_interval = (o.sync_limit_ms / 5).max(10);
-    cfg.finalize_wait = 50;
-    cfg.notification_interval_min = 50;
-    cfg.notification_interval_max = 1_000;
+    cfg.sync_limit_ticks = o.sync_limit_ms;
+    cfg.init_limit_ticks = o.sync_limit_ms * 2;
+    cfg.ping_interval_ticks = (o.sync_limit_ms / 5).max(10);
+    cfg.finalize_wait_ticks = 50;
+    cfg.notification_interval_ticks_min = 50;
+    cfg.notification_interval_ticks_max = 1_000;
     cfg.log_retained_below_snapshot_max = o.retain_below_snapshot;
     cfg.incarnation = std::process::id() as u64;
     if let Some(b) = o.snap_chunk_bytes {

@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::message::{
-    Entry, LearnerKind, Message, Notification, PeerState, RejectReason, SessionId, SessionMsg, Vote,
+    Entry, LearnerKind, LinkId, Message, Notification, PeerState, RejectReason, SessionMsg, Vote,
 };
 use crate::transport::{Inbound, Inbox, Transport};
 use crate::PeerId;
@@ -795,7 +795,7 @@ pub fn from_proto(m: pb::Msg) -> Result<Message, DecodeError> {
                 S::Relayed(pb::Relayed {}) => SessionMsg::Relayed,
             };
             Ok(Message::Session {
-                session: SessionId(s.session),
+                session: LinkId(s.session),
                 seq: s.seq,
                 msg,
             })

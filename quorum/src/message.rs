@@ -24,11 +24,13 @@ pub struct Entry {
     pub payload: Bytes,
 }
 
-/// Identifies one leader–learner session. The learner picks it when it sends
-/// FOLLOWERINFO; every later message of the session carries it, so messages of an
-/// older session (a reconnect, a restart) are recognised and dropped.
+/// Identifies one leader–learner link: what ZAB calls a learner's session
+/// with its leader, named a link here so that it is never taken for a
+/// client's session. The learner picks it when it sends FOLLOWERINFO; every
+/// later message of the link carries it, so messages of an older link (a
+/// reconnect, a restart) are recognised and dropped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SessionId(pub u64);
+pub struct LinkId(pub u64);
 
 /// A peer's state as it reports it in election notifications.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -289,7 +291,7 @@ pub enum Message {
     /// can no longer be trusted; the learner resynchronises, it never skips).
     Session {
         /// The session.
-        session: SessionId,
+        session: LinkId,
         /// The position of this message in its direction of the session.
         seq: u64,
         /// The message.

@@ -17,7 +17,7 @@ use bytes::{Buf, BufMut, Bytes};
 use prost::Message as _;
 use rzk_quorum::core::Config;
 use rzk_quorum::grpc::{pb, to_proto, GrpcConfig, GrpcTransport};
-use rzk_quorum::message::{Entry, Message, SessionId, SessionMsg};
+use rzk_quorum::message::{Entry, LinkId, Message, SessionMsg};
 use rzk_quorum::storage::MemStorage;
 use rzk_quorum::{Committed, DriverConfig, PeerId, Replicator, Role, ZabReplicator};
 use rzk_zxid::Zxid;
@@ -132,12 +132,12 @@ impl Ensemble {
             g.message_bytes_max = message_bytes_max;
             let (t, inbox) = GrpcTransport::start(g, l).unwrap();
             let mut c = Config::new(id, [PeerId(1), PeerId(2), PeerId(3)]);
-            c.finalize_wait = 30;
-            c.notification_interval_min = 30;
-            c.notification_interval_max = 300;
-            c.ping_interval = 30;
-            c.init_limit = 4_000;
-            c.sync_limit = 2_000;
+            c.finalize_wait_ticks = 30;
+            c.notification_interval_ticks_min = 30;
+            c.notification_interval_ticks_max = 300;
+            c.ping_interval_ticks = 30;
+            c.init_limit_ticks = 4_000;
+            c.sync_limit_ticks = 2_000;
             let rep = Arc::new(
                 ZabReplicator::start(DriverConfig::new(c), MemStorage::new(), t.clone(), inbox)
                     .await
@@ -315,7 +315,7 @@ async fn messages_of_an_old_epoch_are_refused_and_logged() {
     e.commits("before").await;
     let old = |seq, msg| {
         to_proto(&Message::Session {
-            session: SessionId(0x77),
+            session: LinkId(0x77),
             seq,
             msg,
         })
@@ -365,7 +365,7 @@ async fn an_acknowledgement_of_another_epoch_is_refused_and_logged() {
     let fake = FakePeer::connect(e.addrs[&leader], 3, leader.0).await;
     let msg = |seq, msg| {
         to_proto(&Message::Session {
-            session: SessionId(0x33),
+            session: LinkId(0x33),
             seq,
             msg,
         })
@@ -415,7 +415,7 @@ async fn an_oversized_message_is_refused_and_logged() {
     e.commits("before").await;
     let fake = FakePeer::connect(e.addrs[&PeerId(1)], 3, 1).await;
     let big = to_proto(&Message::Session {
-        session: SessionId(1),
+        session: LinkId(1),
         seq: 0,
         msg: SessionMsg::Proposal {
             entries: vec![Entry {

@@ -17,12 +17,12 @@ const IDS: [PeerId; 3] = [PeerId(1), PeerId(2), PeerId(3)];
 
 fn config(id: PeerId) -> DriverConfig {
     let mut c = Config::new(id, IDS);
-    c.finalize_wait = 20;
-    c.notification_interval_min = 20;
-    c.notification_interval_max = 200;
-    c.ping_interval = 20;
-    c.init_limit = 1_000;
-    c.sync_limit = 300;
+    c.finalize_wait_ticks = 20;
+    c.notification_interval_ticks_min = 20;
+    c.notification_interval_ticks_max = 200;
+    c.ping_interval_ticks = 20;
+    c.init_limit_ticks = 1_000;
+    c.sync_limit_ticks = 300;
     c.log_retained_below_snapshot_max = 0;
     c.incarnation = next_incarnation(id);
     let mut d = DriverConfig::new(c);
@@ -293,7 +293,7 @@ async fn oversized_proposal_is_refused() {
     let net = MemNetwork::new();
     let (t, inbox) = net.join(PeerId(1));
     let mut c = Config::new(PeerId(1), [PeerId(1)]);
-    c.finalize_wait = 0;
+    c.finalize_wait_ticks = 0;
     c.proposal_bytes_max = 16;
     let rep = ZabReplicator::start(DriverConfig::new(c), MemStorage::new(), t, inbox)
         .await
@@ -376,8 +376,8 @@ async fn survivors_of_a_reset_leader_elect_without_waiting_for_the_sync_limit() 
     for id in IDS {
         let (t, inbox) = net.join(id);
         let mut d = config(id);
-        d.core.sync_limit = 60_000;
-        d.core.init_limit = 120_000;
+        d.core.sync_limit_ticks = 60_000;
+        d.core.init_limit_ticks = 120_000;
         let rep = Arc::new(
             ZabReplicator::start(d, MemStorage::new(), t, inbox)
                 .await
@@ -425,7 +425,7 @@ async fn a_restarted_leader_replays_its_log_before_its_role() {
     let storage = MemStorage::new();
     let single = || {
         let mut c = Config::new(PeerId(1), [PeerId(1)]);
-        c.finalize_wait = 0;
+        c.finalize_wait_ticks = 0;
         DriverConfig::new(c)
     };
     let (t, inbox) = net.join(PeerId(1));

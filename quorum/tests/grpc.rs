@@ -10,7 +10,7 @@ use bytes::Bytes;
 use rzk_quorum::core::Config;
 use rzk_quorum::grpc::{from_proto, pb, to_proto, DecodeError, GrpcConfig, GrpcTransport};
 use rzk_quorum::message::{
-    Entry, LearnerKind, Message, Notification, PeerState, RejectReason, SessionId, SessionMsg, Vote,
+    Entry, LearnerKind, LinkId, Message, Notification, PeerState, RejectReason, SessionMsg, Vote,
 };
 use rzk_quorum::storage::MemStorage;
 use rzk_quorum::transport::{Inbound, Inbox};
@@ -81,7 +81,7 @@ fn all_messages() -> Vec<Message> {
         .into_iter()
         .enumerate()
         .map(|(i, msg)| Message::Session {
-            session: SessionId(42),
+            session: LinkId(42),
             seq: i as u64,
             msg,
         })
@@ -180,12 +180,12 @@ async fn a_stream_from_an_unknown_server_id_is_refused() {
 
 fn config(id: PeerId) -> DriverConfig {
     let mut c = Config::new(id, [PeerId(1), PeerId(2), PeerId(3)]);
-    c.finalize_wait = 30;
-    c.notification_interval_min = 30;
-    c.notification_interval_max = 300;
-    c.ping_interval = 30;
-    c.init_limit = 2_000;
-    c.sync_limit = 600;
+    c.finalize_wait_ticks = 30;
+    c.notification_interval_ticks_min = 30;
+    c.notification_interval_ticks_max = 300;
+    c.ping_interval_ticks = 30;
+    c.init_limit_ticks = 2_000;
+    c.sync_limit_ticks = 600;
     DriverConfig::new(c)
 }
 
@@ -302,7 +302,7 @@ async fn a_message_over_the_size_limit_is_dropped_and_traffic_continues() {
     let (_t1, mut inbox1) = GrpcTransport::start(cfg1, ls.remove(0)).unwrap();
     let (t2, _inbox2) = GrpcTransport::start(cfg2, ls.remove(0)).unwrap();
     let small = |seq| Message::Session {
-        session: SessionId(1),
+        session: LinkId(1),
         seq,
         msg: SessionMsg::Ping { id: seq },
     };
@@ -319,7 +319,7 @@ async fn a_message_over_the_size_limit_is_dropped_and_traffic_continues() {
         assert!(tokio::time::Instant::now() < deadline, "no connection");
     }
     let big = Message::Session {
-        session: SessionId(1),
+        session: LinkId(1),
         seq: 1,
         msg: SessionMsg::SnapChunk {
             offset: 0,
@@ -359,7 +359,7 @@ async fn connected_pair() -> (GrpcTransport, Inbox, GrpcTransport, Inbox) {
     let (t2, mut inbox2) =
         GrpcTransport::start(GrpcConfig::new(PeerId(2), addrs.clone()), ls.remove(0)).unwrap();
     let ping = Message::Session {
-        session: SessionId(1),
+        session: LinkId(1),
         seq: 0,
         msg: SessionMsg::Ping { id: 0 },
     };

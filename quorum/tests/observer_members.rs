@@ -32,12 +32,12 @@ const OBSERVER: PeerId = PeerId(4);
 
 fn config(id: PeerId) -> DriverConfig {
     let mut c = Config::new(id, VOTERS).with_observers([OBSERVER]);
-    c.finalize_wait = 30;
-    c.notification_interval_min = 30;
-    c.notification_interval_max = 300;
-    c.ping_interval = 30;
-    c.init_limit = 2_000;
-    c.sync_limit = 600;
+    c.finalize_wait_ticks = 30;
+    c.notification_interval_ticks_min = 30;
+    c.notification_interval_ticks_max = 300;
+    c.ping_interval_ticks = 30;
+    c.init_limit_ticks = 2_000;
+    c.sync_limit_ticks = 600;
     DriverConfig::new(c)
 }
 

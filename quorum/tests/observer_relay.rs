@@ -30,12 +30,12 @@ struct Member {
 
 async fn start(net: &MemNetwork, id: PeerId) -> Member {
     let mut c = Config::new(id, IDS);
-    c.finalize_wait = 20;
-    c.notification_interval_min = 20;
-    c.notification_interval_max = 200;
-    c.ping_interval = 20;
-    c.init_limit = 1_000;
-    c.sync_limit = 300;
+    c.finalize_wait_ticks = 20;
+    c.notification_interval_ticks_min = 20;
+    c.notification_interval_ticks_max = 200;
+    c.ping_interval_ticks = 20;
+    c.init_limit_ticks = 1_000;
+    c.sync_limit_ticks = 300;
     c.incarnation = id.0;
     let hub = Arc::new(RelayHub::new(Zxid::ZERO, 4096));
     let mut cfg = DriverConfig::new(c);

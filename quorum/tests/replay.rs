@@ -97,7 +97,7 @@ fn damage(dir: &Path, c: u32, len: usize) {
 /// `BATCH`.
 async fn start(dir: &Path) -> Arc<ZabReplicator> {
     let mut c = Config::new(PeerId(1), [PeerId(1)]);
-    c.finalize_wait = 0;
+    c.finalize_wait_ticks = 0;
     c.log_window_entries_max = WINDOW;
     let mut d = DriverConfig::new(c);
     d.replay_batch_entries_max = BATCH;
@@ -251,7 +251,7 @@ async fn a_record_damaged_after_the_open_stops_the_replay_with_an_error() {
     let dir2 = tempfile::tempdir().unwrap();
     write_log(dir2.path(), 3_000);
     let mut c = Config::new(PeerId(1), [PeerId(1)]);
-    c.finalize_wait = 0;
+    c.finalize_wait_ticks = 0;
     c.log_window_entries_max = WINDOW;
     let mut d = DriverConfig::new(c);
     d.replay_batch_entries_max = BATCH;

@@ -19,12 +19,12 @@ const IDS: [PeerId; 3] = [PeerId(1), PeerId(2), PeerId(3)];
 
 fn config(id: PeerId, voters: &[PeerId]) -> DriverConfig {
     let mut c = Config::new(id, voters.iter().copied());
-    c.finalize_wait = 20;
-    c.notification_interval_min = 20;
-    c.notification_interval_max = 200;
-    c.ping_interval = 20;
-    c.init_limit = 1_000;
-    c.sync_limit = 300;
+    c.finalize_wait_ticks = 20;
+    c.notification_interval_ticks_min = 20;
+    c.notification_interval_ticks_max = 200;
+    c.ping_interval_ticks = 20;
+    c.init_limit_ticks = 1_000;
+    c.sync_limit_ticks = 300;
     let mut d = DriverConfig::new(c);
     d.tick_interval = Duration::from_millis(5);
     d

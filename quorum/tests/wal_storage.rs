@@ -50,11 +50,11 @@ async fn start_one(
             c.log_window_entries_max = w;
             c.batch_entries_max = 3;
         }
-        c.finalize_wait = 20;
-        c.notification_interval_min = 20;
-        c.ping_interval = 20;
-        c.sync_limit = 500;
-        c.init_limit = 2_000;
+        c.finalize_wait_ticks = 20;
+        c.notification_interval_ticks_min = 20;
+        c.ping_interval_ticks = 20;
+        c.sync_limit_ticks = 500;
+        c.init_limit_ticks = 2_000;
         c.incarnation = boot;
         // The previous process's storage thread may still be closing the log.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

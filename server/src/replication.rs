@@ -249,10 +249,10 @@ fn core_config(config: &ServerConfig, m: &Membership) -> Config {
     let mut c = Config::new(PeerId(m.id), m.voters.iter().map(|v| PeerId(*v)))
         .with_observers(m.observers.iter().map(|o| PeerId(*o)));
     let tick = u64::from(config.tick_time_ms.max(1));
-    c.init_limit = tick * u64::from(config.init_limit);
-    c.sync_limit = tick * u64::from(config.sync_limit);
+    c.init_limit_ticks = tick * u64::from(config.init_limit);
+    c.sync_limit_ticks = tick * u64::from(config.sync_limit);
     // ZooKeeper's leader pings its learners every half tick.
-    c.ping_interval = (tick / 2).max(1);
+    c.ping_interval_ticks = (tick / 2).max(1);
     // I3: the leader rolls to the next epoch at this counter (a test knob;
     // the default is the whole 32-bit counter).
     c.counter_limit = rzk_zxid::CounterLimit::new(config.zxid_counter_limit);
@@ -271,7 +271,7 @@ fn core_config(config: &ServerConfig, m: &Membership) -> Config {
     }
     if m.voters.len() == 1 {
         // Nobody else can vote: the election is decided at once.
-        c.finalize_wait = 0;
+        c.finalize_wait_ticks = 0;
     }
     // Different at every start, so learner session ids never repeat.
     c.incarnation = u64::from(rand::random::<u32>());
@@ -506,7 +506,7 @@ mod tests {
         assert_eq!((m.id, m.voters.clone()), (1, vec![1]));
         assert!(m.peers.is_empty() && m.quorum_addr.is_none());
         let c = core_config(&cfg("", dir.path()), &m);
-        assert_eq!(c.finalize_wait, 0);
+        assert_eq!(c.finalize_wait_ticks, 0);
     }
 
     #[test]
@@ -519,9 +519,9 @@ mod tests {
         );
         let m = Membership::of(&c).unwrap();
         let core = core_config(&c, &m);
-        assert_eq!((core.init_limit, core.sync_limit), (700, 300));
-        assert_eq!(core.ping_interval, 50);
-        assert!(core.finalize_wait > 0);
+        assert_eq!((core.init_limit_ticks, core.sync_limit_ticks), (700, 300));
+        assert_eq!(core.ping_interval_ticks, 50);
+        assert!(core.finalize_wait_ticks > 0);
     }
 
     #[test]

@@ -426,7 +426,7 @@ pub struct FailoverReport {
 /// the next leader. The killed peer restarts 50 ms after that and the next kill
 /// waits for the ensemble to converge. `opts.disconnect_notice` says whether
 /// the survivors' transports report the lost connection (1.0: a killed
-/// process; 0.0: a silent failure only `sync_limit` finds). Every property is
+/// process; 0.0: a silent failure only `sync_limit_ticks` finds). Every property is
 /// checked as in [`run`].
 pub fn failover(seed: u64, opts: &Options, kills: usize) -> Result<FailoverReport, Box<Failure>> {
     let mut o = opts.clone();
@@ -617,12 +617,12 @@ impl World {
             .with_observers(ids.skip(self.voters));
         cfg.observer_lag_entries_max = self.observer_lag;
         cfg.counter_limit = self.limit;
-        cfg.finalize_wait = 20;
-        cfg.notification_interval_min = 20;
-        cfg.notification_interval_max = 400;
-        cfg.ping_interval = 30;
-        cfg.init_limit = 600;
-        cfg.sync_limit = 200;
+        cfg.finalize_wait_ticks = 20;
+        cfg.notification_interval_ticks_min = 20;
+        cfg.notification_interval_ticks_max = 400;
+        cfg.ping_interval_ticks = 30;
+        cfg.init_limit_ticks = 600;
+        cfg.sync_limit_ticks = 200;
         cfg.batch_entries_max = 16;
         cfg.log_retained_below_snapshot_max = 8;
         cfg.snap_chunk_bytes_max = self.snap_chunk;

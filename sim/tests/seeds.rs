@@ -98,7 +98,7 @@ fn faults_are_injected() {
     assert!(r.link_downs > 0, "lost connections are reported: {r:?}");
 }
 
-/// The simulated ensemble's `sync_limit` (see `World::config`).
+/// The simulated ensemble's `sync_limit_ticks` (see `World::config`).
 const SYNC_LIMIT_MS: u64 = 200;
 
 fn failover_p50(notice: f64, nodes: usize) -> (u64, u64) {
@@ -118,7 +118,7 @@ fn failover_p50(notice: f64, nodes: usize) -> (u64, u64) {
 
 /// A killed leader's connections are reset by its kernel; the transport tells
 /// the survivors at once, and the next leader commits within a few round trips
-/// instead of after `sync_limit` of silence (issue 11: ZooKeeper's learners leave
+/// instead of after `sync_limit_ticks` of silence (issue 11: ZooKeeper's learners leave
 /// on the socket error too). Without the notice, only the timeout finds it.
 #[test]
 fn leader_kill_is_noticed_at_once_when_the_connection_resets() {

@@ -42,19 +42,19 @@ pub struct Config {
     /// without an election (I3; zab-protocol.md §6.2).
     pub counter_limit: CounterLimit,
     /// The quiet period after a quorum agrees on a vote (ZooKeeper's finalizeWait).
-    pub finalize_wait: u64,
+    pub finalize_wait_ticks: u64,
     /// First interval between re-sent election notifications; doubles up to
-    /// `notification_interval_max`.
-    pub notification_interval_min: u64,
+    /// `notification_interval_ticks_max`.
+    pub notification_interval_ticks_min: u64,
     /// Cap of the notification interval.
-    pub notification_interval_max: u64,
+    pub notification_interval_ticks_max: u64,
     /// How often the leader pings its learners.
-    pub ping_interval: u64,
+    pub ping_interval_ticks: u64,
     /// Limit for discovery and synchronisation (ZooKeeper's initLimit × tickTime).
-    pub init_limit: u64,
+    pub init_limit_ticks: u64,
     /// Silence after which a learner drops its leader, and a leader a learner
     /// (syncLimit × tickTime).
-    pub sync_limit: u64,
+    pub sync_limit_ticks: u64,
     /// Maximum proposals per PROPOSAL message.
     pub batch_entries_max: usize,
     /// Maximum size of one proposal's payload.
@@ -96,12 +96,12 @@ impl Config {
             voters: voters.into_iter().collect(),
             observers: BTreeSet::new(),
             counter_limit: CounterLimit::DEFAULT,
-            finalize_wait: 200,
-            notification_interval_min: 200,
-            notification_interval_max: 60_000,
-            ping_interval: 1_000,
-            init_limit: 20_000,
-            sync_limit: 10_000,
+            finalize_wait_ticks: 200,
+            notification_interval_ticks_min: 200,
+            notification_interval_ticks_max: 60_000,
+            ping_interval_ticks: 1_000,
+            init_limit_ticks: 20_000,
+            sync_limit_ticks: 10_000,
             batch_entries_max: 512,
             proposal_bytes_max: 1 << 20,
             log_retained_below_snapshot_max: 500,

@@ -7,7 +7,7 @@
 use super::{
     Epochs, OpId, Output, Peer, ReadCmd, ReadData, ReadId, SnapshotRef, State, StorageCmd,
 };
-use crate::message::SessionId;
+use crate::message::LinkId;
 use crate::PeerId;
 use rzk_zxid::Zxid;
 
@@ -26,13 +26,13 @@ pub(super) enum Effect {
     /// A SNAP install of learner session `session`.
     Snapshot {
         snapshot: SnapshotRef,
-        session: SessionId,
+        session: LinkId,
     },
     /// A received snapshot chunk of learner session `session` is stored up to
     /// `end`.
     SnapChunk {
         end: u64,
-        session: SessionId,
+        session: LinkId,
     },
     Epochs {
         epochs: Epochs,
@@ -47,14 +47,14 @@ pub(super) enum ReadFor {
     /// A SNAP chunk.
     Snap(SnapRead),
     /// Entries of a DIFF below the window for learner `peer`, session `session`.
-    Diff { peer: PeerId, session: SessionId },
+    Diff { peer: PeerId, session: LinkId },
 }
 
 /// A snapshot chunk read for a learner's SNAP sync.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SnapRead {
     pub(super) peer: PeerId,
-    pub(super) session: SessionId,
+    pub(super) session: LinkId,
     pub(super) offset: u64,
 }
 

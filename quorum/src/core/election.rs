@@ -6,7 +6,7 @@ use rzk_zxid::Epoch;
 
 use super::{leader, learner, Peer, State, Tick};
 use crate::message::{
-    LearnerKind, Message, Notification, PeerState, RejectReason, SessionId, SessionMsg, Vote,
+    LearnerKind, LinkId, Message, Notification, PeerState, RejectReason, SessionMsg, Vote,
 };
 use crate::PeerId;
 
@@ -30,7 +30,7 @@ pub struct Election {
     /// Taken up if this peer decides to lead, refused if it decides to follow,
     /// so a learner does not go back to election for having been one message
     /// early.
-    parked: BTreeMap<PeerId, (SessionId, LearnerKind, Epoch)>,
+    parked: BTreeMap<PeerId, (LinkId, LearnerKind, Epoch)>,
 }
 
 impl Election {
@@ -72,7 +72,7 @@ impl Peer {
         let mut e = Election::placeholder();
         e.vote = vote;
         e.recv.insert(self.cfg.id, vote);
-        e.interval = self.cfg.notification_interval_min;
+        e.interval = self.cfg.notification_interval_ticks_min;
         e.next_send = self.now.after(e.interval);
         self.state = State::Looking(e);
         self.broadcast_notification();
@@ -180,7 +180,7 @@ impl Peer {
             // A leader still gathering its first quorum hears a voter that is
             // in a later election round, or that holds out for a more recent
             // history: the peers it waits for may never come. Joining the
-            // election now beats waiting out `init_limit` (a split decided at
+            // election now beats waiting out `init_limit_ticks` (a split decided at
             // the end of a round, seen in simulation).
             self.go_looking();
         }
@@ -324,7 +324,7 @@ impl Peer {
         }
         let quorum = self.cfg.quorum();
         let now = self.now;
-        let wait = self.cfg.finalize_wait;
+        let wait = self.cfg.finalize_wait_ticks;
         let voters = self.cfg.voters.clone();
         let down = self.links_down.clone();
         let e = self.election();
@@ -356,7 +356,7 @@ impl Peer {
     /// at least as recent as the one it votes for. Votes can change after
     /// others decided, when a write in flight becomes durable and a server id
     /// breaks the tie the other way; without this, the learners that decided
-    /// wait for `init_limit` (seen in simulation). Safety does not rest on
+    /// wait for `init_limit_ticks` (seen in simulation). Safety does not rest on
     /// the vote: discovery refuses a learner ahead of its leader.
     fn led_by_parked_quorum(&mut self) -> bool {
         let quorum = self.cfg.quorum();
@@ -378,7 +378,7 @@ impl Peer {
     pub(super) fn election_on_session(
         &mut self,
         from: PeerId,
-        session: SessionId,
+        session: LinkId,
         seq: u64,
         msg: SessionMsg,
     ) {
@@ -454,7 +454,7 @@ impl Peer {
             // A peer of this round already leads with a history at least as
             // recent as the one this peer votes for: following it is as good
             // (the server id only breaks ties), and holding out would split
-            // the round until the leader's `init_limit` (seen in simulation).
+            // the round until the leader's `init_limit_ticks` (seen in simulation).
             e.vote = n.vote;
             e.decide_at = None;
             e.recv.insert(me, n.vote);
@@ -501,9 +501,9 @@ impl Peer {
         // An observer keeps asking at the shortest interval: the voters do not
         // tell it when they settle, and its question costs them one reply.
         let max = if self.cfg.is_observer() {
-            self.cfg.notification_interval_min
+            self.cfg.notification_interval_ticks_min
         } else {
-            self.cfg.notification_interval_max
+            self.cfg.notification_interval_ticks_max
         };
         let e = self.election();
         if now >= e.next_send {

@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use rzk_zxid::{Epoch, Zxid};
 
-use crate::message::{Entry, Message, SessionId};
+use crate::message::{Entry, LinkId, Message};
 use crate::{PeerId, ReplicateError, Role};
 
 /// Abstract time: the driver decides what one tick is (the tokio driver and the
@@ -211,7 +211,7 @@ pub enum Input {
     /// whatever was in flight on it may be lost, and nothing more arrives on
     /// it. A learner leaves a leader it can no longer hear at once, as
     /// ZooKeeper's learners do on a socket error; a leader drops that learner.
-    /// Timeouts (`sync_limit`, `init_limit`) remain for silent failures only.
+    /// Timeouts (`sync_limit_ticks`, `init_limit_ticks`) remain for silent failures only.
     PeerDisconnected {
         /// The peer whose connection ended.
         peer: PeerId,
@@ -382,7 +382,7 @@ pub enum Refusal {
     /// It belongs to a session this peer does not have: a closed one, or the
     /// session of a deposed leader (a message of an old epoch). Reported once
     /// per session.
-    StaleSession(SessionId),
+    StaleSession(LinkId),
     /// Not the next message of its session (a gap, a duplicate, a reordering):
     /// the session ends.
     OutOfOrder {

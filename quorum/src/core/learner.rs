@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use rzk_zxid::{Epoch, Zxid};
 
 use super::{Effect, Output, Peer, Refusal, SnapshotRef, State, StorageCmd, SyncMode, Tick};
-use crate::message::{Entry, LearnerKind, Message, SessionId, SessionMsg, Vote};
+use crate::message::{Entry, LearnerKind, LinkId, Message, SessionMsg, Vote};
 use crate::{PeerId, ReplicateError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -40,7 +40,7 @@ pub(crate) enum Mode {
 pub(crate) struct Learner {
     pub(crate) leader: PeerId,
     pub(crate) vote: Vote,
-    session: SessionId,
+    session: LinkId,
     seq_out: u64,
     seq_in: u64,
     phase: Phase,
@@ -90,7 +90,7 @@ impl Learner {
         Learner {
             leader: vote.leader,
             vote,
-            session: SessionId((peer.cfg.incarnation << 32) | (peer.next_session & 0xffff_ffff)),
+            session: LinkId((peer.cfg.incarnation << 32) | (peer.next_session & 0xffff_ffff)),
             seq_out: 0,
             seq_in: 0,
             phase: Phase::Connecting,
@@ -109,7 +109,7 @@ impl Learner {
         }
     }
 
-    pub(crate) fn session(&self) -> SessionId {
+    pub(crate) fn session(&self) -> LinkId {
         self.session
     }
 
@@ -188,7 +188,7 @@ impl Peer {
     pub(super) fn learner_on_session(
         &mut self,
         from: PeerId,
-        session: SessionId,
+        session: LinkId,
         seq: u64,
         msg: SessionMsg,
     ) {
@@ -592,7 +592,7 @@ impl Peer {
     }
 
     /// Storage has taken the SNAP file of `session` up to `end`.
-    pub(super) fn learner_snap_stored(&mut self, session: SessionId, end: u64) {
+    pub(super) fn learner_snap_stored(&mut self, session: LinkId, end: u64) {
         if let State::Following(f) = &mut self.state {
             if let Some(r) = f.snap.as_mut().filter(|_| f.session == session) {
                 r.stored = r.stored.max(end);
@@ -602,7 +602,7 @@ impl Peer {
 
     /// The SNAP install of `session` is durable: the sync goes on (a NEWLEADER
     /// that waited for it is taken up).
-    pub(super) fn learner_snap_installed(&mut self, session: SessionId) {
+    pub(super) fn learner_snap_installed(&mut self, session: LinkId) {
         if let State::Following(f) = &mut self.state {
             if f.session == session {
                 f.snap = None;
@@ -728,9 +728,9 @@ impl Peer {
     pub(super) fn learner_tick(&mut self) {
         let f = self.fl_ref();
         let limit = if f.phase >= Phase::Synced {
-            self.cfg.sync_limit
+            self.cfg.sync_limit_ticks
         } else {
-            self.cfg.init_limit
+            self.cfg.init_limit_ticks
         };
         if self.now.0.saturating_sub(f.last_heard.0) > limit {
             self.go_looking();

@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use bytes::Bytes;
 use rzk_zxid::Zxid;
 
-use crate::message::{Entry, Message, SessionId, SessionMsg};
+use crate::message::{Entry, LinkId, Message, SessionMsg};
 use crate::{PeerId, ReplicateError, Role};
 
 pub use config::{Config, TestBugs};
@@ -129,7 +129,7 @@ pub struct Peer {
     links_down: BTreeSet<PeerId>,
     /// The last stale session reported per peer: a deposed leader's queued
     /// messages are reported once, not one line each.
-    stale_reported: BTreeMap<PeerId, SessionId>,
+    stale_reported: BTreeMap<PeerId, LinkId>,
     /// Reads asked of storage and not yet answered: SNAP chunks for a learner.
     reads: BTreeMap<ReadId, ReadFor>,
     next_read: u64,
@@ -483,7 +483,7 @@ impl Peer {
     }
 
     /// A session message that no session of this peer can take.
-    fn refuse_stale(&mut self, peer: PeerId, session: SessionId, msg: &SessionMsg) {
+    fn refuse_stale(&mut self, peer: PeerId, session: LinkId, msg: &SessionMsg) {
         self.refuse(peer, msg.name(), Refusal::StaleSession(session));
     }
 
@@ -514,7 +514,7 @@ impl Peer {
             State::Following(f) => {
                 if f.leader == peer {
                     // The session's stream is gone: nothing more of it can
-                    // arrive, so waiting for `sync_limit` would only delay the
+                    // arrive, so waiting for `sync_limit_ticks` would only delay the
                     // next election (ZooKeeper's learner leaves on the socket
                     // error too).
                     self.go_looking();

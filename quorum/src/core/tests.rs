@@ -5,7 +5,7 @@ use rzk_zxid::{CounterLimit, Epoch, Zxid};
 
 use super::*;
 use crate::message::LearnerKind;
-use crate::message::{Notification, PeerState, RejectReason, SessionId, SessionMsg, Vote};
+use crate::message::{LinkId, Notification, PeerState, RejectReason, SessionMsg, Vote};
 
 const L: PeerId = PeerId(2);
 
@@ -22,7 +22,7 @@ fn entry(e: u32, c: u32) -> Entry {
 
 fn cfg(id: u64) -> Config {
     let mut c = Config::new(PeerId(id), [PeerId(1), PeerId(2), PeerId(3)]);
-    c.finalize_wait = 0;
+    c.finalize_wait_ticks = 0;
     c
 }
 
@@ -56,7 +56,7 @@ fn note(from: u64, state: PeerState, leader: PeerId, epoch: u32) -> Input {
 
 /// A peer 1 that has decided to follow peer 2; returns it, its session and
 /// the next tick.
-fn follower(cfg: Config, rec: Recovered) -> (Peer, SessionId) {
+fn follower(cfg: Config, rec: Recovered) -> (Peer, LinkId) {
     let (mut p, _) = Peer::new(cfg, rec, Tick(0)).expect("starts");
     // A peer whose own history is no more recent than the leader's adopts the
     // leader's vote at its LEADING notification and follows at once; one with a
@@ -92,7 +92,7 @@ fn follower(cfg: Config, rec: Recovered) -> (Peer, SessionId) {
 }
 
 struct Stream {
-    session: SessionId,
+    session: LinkId,
     seq: u64,
 }
 
@@ -111,7 +111,7 @@ impl Stream {
     }
 }
 
-fn to_leader(session: SessionId, seq: u64, msg: SessionMsg) -> Output {
+fn to_leader(session: LinkId, seq: u64, msg: SessionMsg) -> Output {
     Output::Send {
         to: L,
         msg: Message::Session { session, seq, msg },
@@ -493,7 +493,7 @@ fn rollover_fences_then_blocks_the_next_epoch() {
 #[test]
 fn single_voter_commits_and_rolls_over() {
     let mut c = Config::new(PeerId(1), [PeerId(1)]);
-    c.finalize_wait = 0;
+    c.finalize_wait_ticks = 0;
     c.counter_limit = CounterLimit::new(2);
     let (mut p, mut out) = Peer::new(c, Recovered::default(), Tick(0)).expect("starts");
     let mut t = 1;
@@ -607,7 +607,7 @@ fn send(to: u64, msg: Message) -> Output {
 
 fn session(id: u64, seq: u64, msg: SessionMsg) -> Message {
     Message::Session {
-        session: SessionId(id),
+        session: LinkId(id),
         seq,
         msg,
     }
@@ -772,7 +772,7 @@ fn learner_leaves_its_leader_when_the_connection_ends() {
 fn election_skips_the_finalize_wait_when_the_only_silent_voter_is_disconnected() {
     let start = || {
         let mut c = cfg(1);
-        c.finalize_wait = 200;
+        c.finalize_wait_ticks = 200;
         let (p, _) = Peer::new(c, recovered(vec![], 1, 1), Tick(0)).expect("starts");
         p
     };
@@ -806,7 +806,7 @@ fn election_skips_the_finalize_wait_when_the_only_silent_voter_is_disconnected()
 #[test]
 fn followerinfo_that_arrives_while_looking_is_taken_up_when_leading() {
     let mut c = cfg(1);
-    c.finalize_wait = 200;
+    c.finalize_wait_ticks = 200;
     let (mut p, _) = Peer::new(c, recovered(vec![], 1, 1), Tick(0)).expect("starts");
     // Peer 2 decided that 1 leads (its vote for 1 came first, FIFO).
     let out = p.step(Tick(1), from(2, looking_vote(1)));
@@ -831,7 +831,7 @@ fn followerinfo_that_arrives_while_looking_is_taken_up_when_leading() {
 #[test]
 fn followerinfo_parked_while_looking_is_refused_when_following_another() {
     let mut c = cfg(1);
-    c.finalize_wait = 200;
+    c.finalize_wait_ticks = 200;
     let (mut p, _) = Peer::new(c, recovered(vec![], 1, 1), Tick(0)).expect("starts");
     // Peer 2 thought 1 would lead; but 3 holds a longer history.
     p.step(Tick(1), from(2, looking_vote(1)));
@@ -1243,7 +1243,7 @@ fn a_deposed_leaders_messages_are_refused_once_per_session() {
         vec![Output::Refused {
             peer: PeerId(3),
             msg: "PROPOSAL",
-            reason: Refusal::StaleSession(SessionId(77)),
+            reason: Refusal::StaleSession(LinkId(77)),
         }]
     );
     assert_eq!(
@@ -1560,7 +1560,7 @@ fn a_slow_observer_is_dropped_not_waited_for() {
 fn observer_cfg() -> Config {
     let mut c =
         Config::new(PeerId(4), [PeerId(1), PeerId(2), PeerId(3)]).with_observers([PeerId(4)]);
-    c.finalize_wait = 0;
+    c.finalize_wait_ticks = 0;
     c
 }
 
@@ -2041,7 +2041,7 @@ fn a_learner_behind_the_window_gets_a_diff_read_from_the_durable_log() {
 /// entries, and a durable log of `entries` txns of epoch 1 for it to recover.
 fn single_voter_with_log(window: usize, entries: u32) -> (Config, Vec<Entry>) {
     let mut c = Config::new(PeerId(1), [PeerId(1)]);
-    c.finalize_wait = 0;
+    c.finalize_wait_ticks = 0;
     c.log_window_entries_max = window;
     (c, (1..=entries).map(|k| entry(1, k)).collect())
 }

@@ -5,7 +5,7 @@
 
 use super::{HPhase, PendingSync, Phase, SyncOrigin};
 use crate::core::{Output, Peer, Refusal};
-use crate::message::{SessionId, SessionMsg};
+use crate::message::{LinkId, SessionMsg};
 use crate::PeerId;
 
 impl Peer {
@@ -31,7 +31,7 @@ impl Peer {
         self.leader_check_syncs();
     }
 
-    pub(super) fn leader_on_sync_request(&mut self, from: PeerId, session: SessionId, id: u64) {
+    pub(super) fn leader_on_sync_request(&mut self, from: PeerId, session: LinkId, id: u64) {
         let ok = self.ld_ref().phase == Phase::Broadcast
             && self
                 .ld_ref()

@@ -8,7 +8,7 @@ use rzk_zxid::{Epoch, Zxid};
 
 use super::{HPhase, Handle, Phase};
 use crate::core::{Peer, Refusal};
-use crate::message::{LearnerKind, Message, RejectReason, SessionId, SessionMsg};
+use crate::message::{LearnerKind, LinkId, Message, RejectReason, SessionMsg};
 use crate::PeerId;
 
 impl Peer {
@@ -21,7 +21,7 @@ impl Peer {
     pub(in crate::core) fn leader_on_follower_info(
         &mut self,
         from: PeerId,
-        session: SessionId,
+        session: LinkId,
         kind: LearnerKind,
         accepted: Epoch,
     ) {

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use rzk_zxid::{Epoch, Zxid};
 
 use super::{Output, Peer, Refusal, SnapshotRef, State, Tick};
-use crate::message::{Message, RejectReason, SessionId, SessionMsg, Vote};
+use crate::message::{LinkId, Message, RejectReason, SessionMsg, Vote};
 use crate::{PeerId, ReplicateError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -65,7 +65,7 @@ enum HPhase {
 /// The leader's view of one learner session.
 #[derive(Clone, Debug)]
 struct Handle {
-    session: SessionId,
+    session: LinkId,
     seq_out: u64,
     seq_in: u64,
     phase: HPhase,
@@ -114,7 +114,7 @@ enum SyncOrigin {
     Local(u64),
     Learner {
         peer: PeerId,
-        session: SessionId,
+        session: LinkId,
         id: u64,
     },
 }
@@ -159,7 +159,7 @@ impl Leader {
             phase: Phase::Discovery,
             epoch: Epoch(0),
             established: None,
-            deadline: peer.now.after(peer.cfg.init_limit),
+            deadline: peer.now.after(peer.cfg.init_limit_ticks),
             connecting: BTreeMap::new(),
             epoch_acks: BTreeSet::new(),
             newleader_acks: BTreeSet::new(),
@@ -296,7 +296,7 @@ impl Peer {
     pub(super) fn leader_on_session(
         &mut self,
         from: PeerId,
-        session: SessionId,
+        session: LinkId,
         seq: u64,
         msg: SessionMsg,
     ) {
@@ -388,7 +388,7 @@ impl Peer {
     }
 
     /// The connection to `peer` is gone: its session cannot continue, so it is
-    /// dropped now rather than after `sync_limit` of silence (the REJECT is
+    /// dropped now rather than after `sync_limit_ticks` of silence (the REJECT is
     /// queued for the transport's next connection, where it ends the learner's
     /// session if the learner did not see the loss). A leader that no longer
     /// has a quorum of synced voters steps down at once (§5.6).
@@ -417,10 +417,10 @@ impl Peer {
     pub(super) fn leader_tick(&mut self) {
         let now = self.now;
         let quorum = self.cfg.quorum();
-        let (init_limit, sync_limit, ping_interval) = (
-            self.cfg.init_limit,
-            self.cfg.sync_limit,
-            self.cfg.ping_interval,
+        let (init_limit_ticks, sync_limit_ticks, ping_interval_ticks) = (
+            self.cfg.init_limit_ticks,
+            self.cfg.sync_limit_ticks,
+            self.cfg.ping_interval_ticks,
         );
         let l = self.ld_ref();
         if l.phase != Phase::Broadcast && now > l.deadline {
@@ -432,9 +432,9 @@ impl Peer {
             .iter()
             .filter(|(_, h)| {
                 let limit = if h.phase >= HPhase::NewLeaderAcked {
-                    sync_limit
+                    sync_limit_ticks
                 } else {
-                    init_limit
+                    init_limit_ticks
                 };
                 now.0.saturating_sub(h.last_heard.0) > limit
             })
@@ -449,7 +449,7 @@ impl Peer {
             return;
         }
         if now >= self.ld_ref().next_ping {
-            self.ld().next_ping = now.after(ping_interval);
+            self.ld().next_ping = now.after(ping_interval_ticks);
             self.leader_start_ping_round();
         }
     }

@@ -8,7 +8,7 @@ use rzk_zxid::Zxid;
 
 use super::HPhase;
 use crate::core::{Peer, ReadCmd, ReadData, ReadFor, Refusal, SnapRead};
-use crate::message::{Entry, RejectReason, SessionId, SessionMsg};
+use crate::message::{Entry, LinkId, RejectReason, SessionMsg};
 use crate::PeerId;
 
 impl Peer {
@@ -165,7 +165,7 @@ impl Peer {
     pub(in crate::core) fn leader_on_diff_read(
         &mut self,
         id: PeerId,
-        session: SessionId,
+        session: LinkId,
         result: Result<ReadData, String>,
     ) {
         let Some(h) = self.ld_ref().learners.get(&id) else {
