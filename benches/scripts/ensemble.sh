@@ -1,6 +1,7 @@
-# The ensemble topology of benches/compare.sh (--mode ensemble): 3 Apache ZooKeeper
-# 3.8 members against 3 rzk members on this machine, every workload at every number
-# of requests in flight, the sessions of each run spread over the members. Sourced
+# The ensemble topology of `benches/run compare --mode ensemble`
+# (benches/scenarios/compare.sh): 3 Apache ZooKeeper 3.8 members against 3 rzk
+# members on this machine, every workload at every number of requests in flight,
+# the sessions of each run spread over the members. Sourced
 # by compare.sh after its options, binaries and work dir are set (lib.sh's records
 # and helpers are in scope); ensemble_main runs everything and exits. open-loop.sh
 # --mode ensemble sources it for ens_prepare, ens_start, ens_connect and ens_pids.
@@ -12,10 +13,11 @@
 # latency histogram and one CPU window for the three members: --server-pid gets the
 # three members' pids and rzk-bench reports their CPU time summed.
 #
-# Both ensembles are started the way an operator starts one: a zoo.cfg per member
-# with the same server.N lines and myid in its dataDir. Settings as in standalone
-# mode (tickTime=2000, forceSync=yes, snapCount, maxClientCnxns=0, 4lw whitelist,
-# admin server off) plus initLimit=10, syncLimit=5. ZooKeeper members run
+# Both ensembles are started the way an operator starts one, by the repository's
+# ensemble launcher (rzk-ensemble, through lib.sh's start_ensemble): a zoo.cfg per
+# member with the same server.N lines and myid in its dataDir. Settings as in
+# standalone mode (tickTime=2000, forceSync=yes, snapCount, maxClientCnxns=0, 4lw
+# whitelist, admin server off) plus initLimit=10, syncLimit=5. ZooKeeper members run
 # QuorumPeerMain with the standalone run's JVM flags (-Xmx, no -Xms unless --zk-xms).
 
 ENS_SIZE=3
@@ -25,94 +27,52 @@ ENS_KINDS=(zookeeper rzk)
 # ens_member KIND N: the lib.sh record name of member N of KIND's ensemble.
 ens_member() { printf '%s-m%s' "$1" "$2"; }
 
-# ens_prepare KIND DIR: writes DIR/m{1..3}/zoo.cfg and data/myid and records the
-# members (SRV_* of lib.sh; ZooKeeper's heap flags too).
+# Where each ensemble goes, its program (rzk or zookeeper) and its own rzk-ensemble
+# options (one per line), by ensemble id (a KIND, or observers.sh's ids).
+declare -A ENS_DIR ENS_PROGRAM ENS_OPTS
+
+# ens_prepare ID DIR [PROGRAM [rzk-ensemble start options...]]: records ensemble ID
+# of PROGRAM (default: ID, a KIND) in DIR, with the options given (default: ENS_SIZE
+# voters); ens_start writes and starts it.
 ens_prepare() {
-  local kind=$1 dir=$2 n name lines="" client quorum election
-  declare -gA ENS_CLIENT_PORT
-  for ((n = 1; n <= ENS_SIZE; n++)); do
-    client=$(free_port) quorum=$(free_port) election=$(free_port)
-    ENS_CLIENT_PORT[$kind.$n]=$client
-    lines+="server.$n=127.0.0.1:$quorum:$election;127.0.0.1:$client"$'\n'
-  done
-  for ((n = 1; n <= ENS_SIZE; n++)); do
-    name=$(ens_member "$kind" "$n")
-    ens_write_member "$kind" "$name" "$dir/m$n" "$n" "${ENS_CLIENT_PORT[$kind.$n]}" 127.0.0.1 "$lines"
-  done
+  local id=$1
+  ENS_DIR[$id]=$2 ENS_PROGRAM[$id]=${3:-$1}
+  shift $(($# < 3 ? $# : 3))
+  [ $# -gt 0 ] || set -- --voters "$ENS_SIZE"
+  ENS_OPTS[$id]=$(printf '%s\n' "$@")
 }
 
-# ens_write_member KIND NAME DIR N CLIENT_PORT ADDR CFG_TAIL: one member's data dir,
-# myid and zoo.cfg (the settings every ensemble of the benchmarks shares, then
-# CFG_TAIL: its own keys and the server.N lines), ZooKeeper's log4j
-# configuration, and the member recorded under NAME (SRV_*).
-ens_write_member() {
-  local kind=$1 name=$2 m=$3 n=$4 client=$5 addr=$6 tail=$7
-  mkdir -p "$m/data" "$m/conf"
-  echo "$n" >"$m/data/myid"
-  {
-    echo "tickTime=2000"
-    echo "initLimit=10"
-    echo "syncLimit=5"
-    echo "dataDir=$m/data"
-    echo "clientPort=$client"
-    echo "clientPortAddress=$addr"
-    echo "maxClientCnxns=0"
-    echo "4lw.commands.whitelist=*"
-    echo "admin.enableServer=false"
-    echo "snapCount=$SNAP_COUNT"
-    echo "forceSync=yes"
-    printf '%s' "$tail"
-  } >"$m/zoo.cfg"
-  if [ "$kind" = zookeeper ]; then
-    write_log4j "$m"
-    ZK_HEAP_FOR[$name]=$ZK_HEAP ZK_XMS_FOR[$name]=$ZK_XMS
-  fi
-  SRV_KIND[$name]=$kind SRV_DIR[$name]=$m SRV_PORT[$name]=$client
-  SRV_ADDR[$name]=$addr SRV_LOG[$name]=$m/server.log
-}
-
-# ens_argv NAME: the member's argv, one word per line: `rzk zoo.cfg`, or ZooKeeper's
-# QuorumPeerMain with the same JVM flags and classpath as the standalone server.
-ens_argv() {
-  local name=$1 dir=${SRV_DIR[$1]}
-  case ${SRV_KIND[$name]} in
-  zookeeper)
-    local cp="$dir/conf:$ZK_JARS/zookeeper.jar:$ZK_JARS/slf4j-log4j12.jar:$ZK_JARS/log4j-1.2.jar"
-    # shellcheck disable=SC2046
-    printf '%s\n' java $(zk_jvm_flags "${ZK_HEAP_FOR[$name]}" "${ZK_XMS_FOR[$name]:-0}") \
-      "-Dlog4j.configuration=file:$dir/conf/log4j.properties" -cp "$cp" \
-      org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg"
-    ;;
-  rzk) printf '%s\n' "$RZK_BIN" "$dir/zoo.cfg" ;;
-  esac
-}
-
-# ens_start KIND: launches the three members (all before waiting: they elect a
-# leader among themselves) and waits until each serves a session and a read.
-ens_start() {
-  local kind=$1 n name argv deadline
-  for ((n = 1; n <= ENS_SIZE; n++)); do
-    name=$(ens_member "$kind" "$n")
-    mapfile -t argv < <(ens_argv "$name")
-    NO_COLOR=1 RUST_LOG="${RZK_LOG:-info}" "${argv[@]}" >>"${SRV_LOG[$name]}" 2>&1 </dev/null &
-    SRV_PID[$name]=$!
-    STARTED_PIDS+=("$!")
-  done
-  deadline=$(($(date +%s) + 180))
-  for ((n = 1; n <= ENS_SIZE; n++)); do
-    name=$(ens_member "$kind" "$n")
-    until ruok "${SRV_PORT[$name]}" "$(srv_addr "$name")"; do
-      if ! kill -0 "${SRV_PID[$name]}" 2>/dev/null; then
-        log "$name exited during startup; log tail:"
-        tail -30 "${SRV_LOG[$name]}" >&2
-        return 1
-      fi
-      [ "$(date +%s)" -lt "$deadline" ] || { log "$name: no imok within 180 s"; return 1; }
-      sleep 0.1
+# ens_settings PROGRAM: the rzk-ensemble options every ensemble of the benchmarks
+# shares, one per line: the zoo.cfg keys above, rzk's log settings, ZooKeeper's JVM
+# flags.
+ens_settings() {
+  printf '%s\n' --tick-ms 2000 --init-limit 10 --sync-limit 5 --set maxClientCnxns=0 \
+    --set "snapCount=$SNAP_COUNT" --set forceSync=yes --env NO_COLOR=1 --env "RUST_LOG=${RZK_LOG:-info}"
+  if [ "$1" = zookeeper ]; then
+    local f
+    for f in $(zk_jvm_flags "$ZK_HEAP" "$ZK_XMS"); do
+      # The launcher adds the AdminServer's flag from the zoo.cfg (off).
+      [ "$f" = -Dzookeeper.admin.enableServer=false ] || printf '%s\n' "--jvm-arg=$f"
     done
-    wait_serving "$name" --timeout-seconds 180 >/dev/null
-  done
-  log "$kind ensemble serving on $(ens_connect "$kind") (pids $(ens_pids "$kind")); $(ens_modes "$kind")"
+  fi
+}
+
+# ens_start ID: starts ensemble ID (all members before waiting: they elect a leader
+# among themselves), waits until each serves a session and a read, and records
+# member N as ID-mN (lib.sh's SRV_*).
+ens_start() {
+  local id=$1 opts=() settings=()
+  mapfile -t settings < <(ens_settings "${ENS_PROGRAM[$id]}")
+  mapfile -t opts <<<"${ENS_OPTS[$id]}"
+  start_ensemble "$id" "${ENS_DIR[$id]}" "${ENS_PROGRAM[$id]}" "${settings[@]}" "${opts[@]}"
+  log "$id ensemble serving on $(ens_connect "$id") (pids $(ens_pids "$id")); $(ens_modes "$id")"
+}
+
+# ens_stop ID: stops every member of ensemble ID (SIGTERM, SIGKILL after 120 s).
+ens_stop() {
+  local n
+  stop_ensemble "${ENS_DIR[$1]}"
+  for ((n = 1; n <= ENS_SIZE; n++)); do SRV_PID[$(ens_member "$1" "$n")]=""; done
 }
 
 # ens_members [N...]: the member numbers given, or 1..ENS_SIZE when none are.
@@ -241,11 +201,10 @@ ensemble_main() {
       done
     done
   done
-  local n
   for kind in "${ENS_KINDS[@]}"; do
     ens_memory "$kind" end
     log "$kind ensemble after the runs: $(ens_modes "$kind")"
-    for ((n = 1; n <= ENS_SIZE; n++)); do stop_server "$(ens_member "$kind" "$n")"; done
+    ens_stop "$kind"
   done
 
   ens_report ensemble_report.py ensemble --workloads "$WORKLOADS"

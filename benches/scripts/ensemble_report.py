@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The report of `benches/compare.sh --mode ensemble` (benches/scripts/ensemble.sh).
+"""The report of `benches/run compare --mode ensemble` (benches/scripts/ensemble.sh).
 
     ensemble_report.py report ...          the Markdown section (stdout)
     ensemble_report.py write BENCH SECTION replaces (or adds) the section in BENCH
@@ -162,7 +162,7 @@ def cmd_report(a):
     out = [
         SECTION,
         "",
-        "Measured by `benches/compare.sh --mode ensemble` (`benches/scripts/ensemble.sh`): three "
+        "Measured by `benches/run compare --mode ensemble` (`benches/scripts/ensemble.sh`): three "
         "Apache ZooKeeper members and three rzk members on this one machine, each started from "
         "its own zoo.cfg (the same `server.N` lines) and `myid`, driven by the same generator "
         "with the same settings. All six processes, and the generator, share the machine's "

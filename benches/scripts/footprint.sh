@@ -1,4 +1,4 @@
-# The footprint part of benches/compare.sh (sourced by it; uses lib.sh and the
+# The footprint part of benches/scenarios/compare.sh (sourced by it; uses lib.sh and the
 # options compare.sh parsed). For each server, one at a time on a fresh data dir:
 #   memory:  VmRSS after `rzk-bench populate --znodes FP_ZNODES`, then VmRSS while
 #            FP_IDLE idle sessions are held (`rzk-bench idle-sessions`, after READY);

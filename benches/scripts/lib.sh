@@ -1,8 +1,13 @@
-# Shared pieces of benches/compare.sh: dependencies, binaries, starting and
-# stopping Apache ZooKeeper 3.8 and rzk on free loopback ports. Sourced, not run.
+# Shared pieces of the benchmark scenarios (benches/scenarios/*.sh, run through
+# benches/run): dependencies, binaries, the work directory and its clean-up,
+# starting and stopping Apache ZooKeeper 3.8 and rzk on free loopback ports, one
+# server at a time (launch, start_server, stop_server, kill_server) or as
+# ensembles (start_ensemble, through the repository's ensemble launcher
+# rzk-ensemble, testkit/README.md). Sourced, not run.
 #
-# Every process started here is recorded in STARTED_PIDS and stopped by PID on
-# exit (cleanup_started); nothing else is ever signalled.
+# Every process started here is recorded in STARTED_PIDS (ensembles in
+# STARTED_ENSEMBLES) and stopped by PID on exit (cleanup_started); nothing else
+# is ever signalled.
 
 # The repository this script sits in (benches/scripts/ -> repo root).
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -13,6 +18,7 @@ ZK_JARS=/usr/share/java
 ZK_MAIN=org.apache.zookeeper.server.ZooKeeperServerMain
 
 STARTED_PIDS=()
+STARTED_ENSEMBLES=()
 # snapCount of both servers (ZooKeeper's default; rzk's default is the same).
 SNAP_COUNT=${SNAP_COUNT:-100000}
 
@@ -75,10 +81,33 @@ ruok() {
   ) 2>/dev/null
 }
 
+# work_dir PREFIX [DIR]: sets WORK_DIR to DIR (created) or to a new PREFIX.XXXXXX
+# (PREFIX a path: /var/tmp/rzk-ab), and on exit stops every server started here and
+# removes WORK_DIR, unless KEEP=1 (then its path is logged).
+work_dir() {
+  if [ -n "${2:-}" ]; then
+    WORK_DIR=$2
+    mkdir -p "$WORK_DIR"
+  else
+    WORK_DIR=$(mktemp -d "$1.XXXXXX")
+  fi
+  trap cleanup_work_dir EXIT
+}
+
+# The EXIT trap of work_dir.
+cleanup_work_dir() {
+  local rc=$?
+  cleanup_started
+  if [ "${KEEP:-0}" = 1 ]; then log "work dir kept: $WORK_DIR"; else rm -rf "$WORK_DIR"; fi
+  exit $rc
+}
+
 # Server records, by name: SRV_KIND (zookeeper|rzk), SRV_DIR, SRV_PORT, SRV_PID, SRV_LOG,
 # and SRV_EXTRA: settings added to rzk's command line (--set k=v words, one per line);
-# SRV_ADDR: the client address when it is not 127.0.0.1 (srv_addr NAME reads it).
-declare -A SRV_KIND SRV_DIR SRV_PORT SRV_PID SRV_LOG SRV_EXTRA SRV_ADDR
+# SRV_BIN: the rzk binary when it is not RZK_BIN; SRV_DATA: rzk's data dir when it is not
+# SRV_DIR/data; SRV_ADDR: the client address when it is not 127.0.0.1 (srv_addr NAME
+# reads it).
+declare -A SRV_KIND SRV_DIR SRV_PORT SRV_PID SRV_LOG SRV_EXTRA SRV_ADDR SRV_BIN SRV_DATA
 
 # srv_addr NAME: the loopback address the server NAME serves clients on.
 srv_addr() { printf '%s' "${SRV_ADDR[$1]:-127.0.0.1}"; }
@@ -134,7 +163,7 @@ prepare_rzk() {
   local name=$1 dir=$2 port kv
   shift 2
   port=$(free_port)
-  mkdir -p "$dir/data"
+  mkdir -p "${SRV_DATA[$name]:-$dir/data}"
   SRV_KIND[$name]=rzk SRV_DIR[$name]=$dir SRV_PORT[$name]=$port SRV_LOG[$name]=$dir/server.log
   SRV_EXTRA[$name]=""
   for kv in "$@"; do SRV_EXTRA[$name]+=$'--set\n'"$kv"$'\n'; done
@@ -151,19 +180,22 @@ server_argv() {
       "-Dlog4j.configuration=file:$dir/conf/log4j.properties" -cp "$cp" "$ZK_MAIN" "$dir/zoo.cfg"
     ;;
   rzk)
-    printf '%s\n' "$RZK_BIN" --client-port "${SRV_PORT[$name]}" --client-port-address 127.0.0.1 \
-      --data-dir "$dir/data" --set tickTime=2000 --set maxClientCnxns=0 \
+    printf '%s\n' "${SRV_BIN[$name]:-$RZK_BIN}" --client-port "${SRV_PORT[$name]}" --client-port-address 127.0.0.1 \
+      --data-dir "${SRV_DATA[$name]:-$dir/data}" --set tickTime=2000 --set maxClientCnxns=0 \
       --set '4lw.commands.whitelist=*' --set "snapCount=$SNAP_COUNT" --set forceSync=yes
     printf '%s' "${SRV_EXTRA[$name]:-}"
     ;;
   esac
 }
 
-# launch NAME T0FILE: starts the server in the background, appending to its log;
-# the wall clock in ns just before exec is written to T0FILE. Sets SRV_PID[NAME].
+# launch NAME T0FILE [ARG...]: starts the server in the background (its command line,
+# then ARGs: rzk's --set k=v of this start only), appending to its log; the wall clock
+# in ns just before exec is written to T0FILE. Sets SRV_PID[NAME].
 launch() {
   local name=$1 t0file=$2 argv
+  shift 2
   mapfile -t argv < <(server_argv "$name")
+  argv+=("$@")
   # The subshell writes the time and then execs, so the PID is the server's own.
   NO_COLOR=1 RUST_LOG="${RZK_LOG:-info}" bash -c 'date +%s%N >"$1"; shift; exec "$@"' _ "$t0file" \
     "${argv[@]}" >>"${SRV_LOG[$name]}" 2>&1 </dev/null &
@@ -225,17 +257,82 @@ stop_pid() {
 stop_server() {
   local name=$1
   [ -n "${SRV_PID[$name]:-}" ] || return 0
-  stop_pid "${SRV_PID[$name]}" 120
+  if [ -n "${SRV_ENSEMBLE[$name]:-}" ]; then
+    "$RZK_ENSEMBLE" term --dir "${SRV_ENSEMBLE[$name]}" "${SRV_MEMBER[$name]}" --grace 120 2>/dev/null
+  else
+    stop_pid "${SRV_PID[$name]}" 120
+  fi
+  SRV_PID[$name]=""
+}
+
+# kill_server NAME: SIGKILL (a crash), waits until the process has exited.
+kill_server() {
+  local name=$1
+  [ -n "${SRV_PID[$name]:-}" ] || return 0
+  kill -KILL "${SRV_PID[$name]}" 2>/dev/null || true
+  wait "${SRV_PID[$name]}" 2>/dev/null || true
   SRV_PID[$name]=""
 }
 
 # The EXIT trap: stops every process this script started, by PID.
 cleanup_started() {
-  local pid
+  local pid dir
   for pid in "${STARTED_PIDS[@]}"; do
     kill -0 "$pid" 2>/dev/null && stop_pid "$pid" 20
   done
+  for dir in "${STARTED_ENSEMBLES[@]}"; do
+    "$RZK_ENSEMBLE" stop --dir "$dir" --grace 20 2>/dev/null || true
+  done
   return 0
+}
+
+# resolve_ensemble_cli: sets RZK_ENSEMBLE, the repository's ensemble launcher
+# (testkit/README.md): from the environment, or built from this repository (release).
+resolve_ensemble_cli() {
+  if [ -z "${RZK_ENSEMBLE:-}" ]; then
+    local target="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
+    (cd "$REPO_ROOT" && CARGO_TARGET_DIR="$target" CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" \
+      cargo build --release -p rzk-testkit --bin rzk-ensemble) >&2
+    RZK_ENSEMBLE="$target/release/rzk-ensemble"
+  fi
+  [ -x "$RZK_ENSEMBLE" ] || die "RZK_ENSEMBLE=$RZK_ENSEMBLE is not an executable"
+  export RZK_ENSEMBLE
+}
+
+# The members of ensembles, by record name: the ensemble's directory and the member's id.
+declare -A SRV_ENSEMBLE SRV_MEMBER
+
+# start_ensemble NAME DIR KIND [rzk-ensemble start options...]: starts an ensemble of KIND
+# (rzk: RZK_BIN unless the options name --rzk; zookeeper: the Debian jars) in DIR with
+# rzk-ensemble, which writes every member's zoo.cfg and myid, starts them and waits
+# until they have settled; then records member N as NAME-mN (SRV_*: its port, address,
+# pid, log) and waits until each serves a session and a read (rzk-bench wait-serving).
+start_ensemble() {
+  local name=$1 dir=$2 kind=$3 program=() line id client pid log n
+  shift 3
+  resolve_ensemble_cli
+  case $kind in
+  rzk) [[ " $* " == *" --rzk "* ]] || program=(--rzk "$RZK_BIN") ;;
+  zookeeper) program=(--zookeeper --zookeeper-jars "$ZK_JARS") ;;
+  esac
+  mkdir -p "$dir"
+  STARTED_ENSEMBLES+=("$dir")
+  "$RZK_ENSEMBLE" start --dir "$dir" "${program[@]}" --timeout 180 "$@" >/dev/null ||
+    { log "$name: the $kind ensemble did not start"; return 1; }
+  while read -r id client pid log; do
+    n=$name-m$id
+    SRV_KIND[$n]=$kind SRV_DIR[$n]=$dir/m$id SRV_PORT[$n]=${client##*:} SRV_ADDR[$n]=${client%:*}
+    SRV_PID[$n]=$pid SRV_LOG[$n]=$log SRV_ENSEMBLE[$n]=$dir SRV_MEMBER[$n]=$id
+    wait_serving "$n" --timeout-seconds 180 >/dev/null </dev/null
+  done < <("$RZK_ENSEMBLE" status --dir "$dir" --json | python3 -c '
+import json, sys
+for m in json.load(sys.stdin)["members"]:
+    print(m["id"], m["client"], m["pid"], m["log"])')
+}
+
+# stop_ensemble DIR: SIGTERM to every member of the ensemble in DIR, SIGKILL after 120 s.
+stop_ensemble() {
+  "$RZK_ENSEMBLE" stop --dir "$1" --grace 120 2>/dev/null || true
 }
 
 # raise_nofile N: raises the soft open-files limit to N + 1024 (the servers started

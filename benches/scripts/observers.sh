@@ -1,5 +1,6 @@
-# The observer topology of benches/compare.sh (--mode observers): 3 voters + 2
-# observers of Apache ZooKeeper 3.8 (observerMasterPort on every member) against the
+# The observer topology of `benches/run compare --mode observers`
+# (benches/scenarios/compare.sh): 3 voters + 2 observers of Apache ZooKeeper 3.8
+# (observerMasterPort on every member) against the
 # same of rzk, beside 3 voters without observers of each, all on this machine.
 # Sourced by compare.sh after its options, binaries and work dir are set; uses
 # lib.sh's records and ensemble.sh's ens_* helpers; observers_main runs everything,
@@ -31,8 +32,6 @@ OBS_VOTERS=3
 OBS_IDS=(zookeeper rzk zookeeper3 rzk3)
 # Each write with observers next to the same without, so the two see the same load.
 OBS_LABELS_ALL=get-observers,get-all,create-voters,create-noobs,set-voters,set-noobs
-# The observerMasterPort of each ensemble (one number for all its members).
-declare -A OBS_OM_PORT
 
 # obs_label_target LABEL: "SUFFIX WORKLOAD MEMBERS..." for a label: the run goes to
 # ensemble KIND (SUFFIX -) or KIND3 (SUFFIX 3), to the members listed.
@@ -48,55 +47,16 @@ obs_label_target() {
   esac
 }
 
-# obs_free_port ADDR...: a port free on every ADDR (observerMasterPort is one number
-# that each member binds on its own address).
-obs_free_port() {
-  python3 - "$@" <<'PY'
-import socket, sys
-for _ in range(100):
-    first = socket.socket()
-    first.bind((sys.argv[1], 0))
-    port = first.getsockname()[1]
-    held = [first]
-    try:
-        for a in sys.argv[2:]:
-            s = socket.socket()
-            s.bind((a, port))
-            held.append(s)
-    except OSError:
-        continue
-    finally:
-        for s in held:
-            s.close()
-    print(port)
-    sys.exit(0)
-sys.exit("no port free on every address")
-PY
-}
-
-# obs_prepare ID DIR: writes DIR/m{1..size}/zoo.cfg (and myid, log4j for ZooKeeper)
-# and records the members (lib.sh's SRV_*; their names are ens_member ID N).
+# obs_prepare ID DIR: records ensemble ID (ensemble.sh's ens_prepare): OBS_VOTERS voters
+# and the rest observers, member N on NET.N, one observerMasterPort number free on
+# every member's address (rzk-ensemble --observer-master shared), `:observer` on the
+# observers' lines and peerType=observer in their zoo.cfg. ens_start starts it.
 obs_prepare() {
-  local id=$1 dir=$2 kind=${OBS_KIND[$1]} size=${OBS_SIZE[$1]} net=${OBS_NET[$1]}
-  local n name addr lines="" client quorum election role addrs=()
-  declare -gA OBS_CLIENT_PORT
-  for ((n = 1; n <= size; n++)); do addrs+=("$net.$n"); done
-  OBS_OM_PORT[$id]=$(obs_free_port "${addrs[@]}")
-  for ((n = 1; n <= size; n++)); do
-    addr=$net.$n
-    client=$(free_port "$addr") quorum=$(free_port "$addr") election=$(free_port "$addr")
-    OBS_CLIENT_PORT[$id.$n]=$client
-    role=""
-    [ "$n" -le $OBS_VOTERS ] || role=":observer"
-    lines+="server.$n=$addr:$quorum:$election$role;$addr:$client"$'\n'
-  done
-  for ((n = 1; n <= size; n++)); do
-    name=$(ens_member "$id" "$n")
-    addr=$net.$n
-    local tail="observerMasterPort=${OBS_OM_PORT[$id]}"$'\n'
-    [ "$n" -le $OBS_VOTERS ] || tail+="peerType=observer"$'\n'
-    ens_write_member "$kind" "$name" "$dir/m$n" "$n" "${OBS_CLIENT_PORT[$id.$n]}" "$addr" "$tail$lines"
-  done
+  local id=$1 dir=$2 size=${OBS_SIZE[$1]}
+  local shape=(--voters "$OBS_VOTERS")
+  [ "$size" -le "$OBS_VOTERS" ] || shape+=(--observers $((size - OBS_VOTERS)))
+  ens_prepare "$id" "$dir" "${OBS_KIND[$id]}" "${shape[@]}" --net "${OBS_NET[$id]}" \
+    --observer-master shared
 }
 
 # obs_4lw ADDR PORT WORD: the answer of a four-letter word ("" if none).
@@ -199,7 +159,8 @@ observers_main() {
   done
   echo "end $(date -u +%H:%M:%S) $(cut -d' ' -f1-3 /proc/loadavg)" >>"$WORK_DIR/uptime"
   for id in "${OBS_IDS[@]}"; do
-    for ((n = 1; n <= ${OBS_SIZE[$id]}; n++)); do stop_server "$(ens_member "$id" "$n")"; done
+    ENS_SIZE=${OBS_SIZE[$id]}
+    ens_stop "$id"
   done
 
   ens_report observers_report.py observer --labels "$labels"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The report of `benches/compare.sh --mode observers` (benches/scripts/observers.sh).
+"""The report of `benches/run compare --mode observers` (benches/scripts/observers.sh).
 
     observers_report.py report ...          the Markdown section (stdout)
     observers_report.py write BENCH SECTION replaces (or adds) the section in BENCH
@@ -193,7 +193,7 @@ def cmd_report(a):
     out = [
         SECTION,
         "",
-        "Measured by `benches/compare.sh --mode observers` (`benches/scripts/observers.sh`): "
+        "Measured by `benches/run compare --mode observers` (`benches/scripts/observers.sh`): "
         "Apache ZooKeeper 3.8 and rzk, each as 3 voters + 2 observers and, beside them, as 3 "
         "voters alone (for what the observers cost the voters' writes); all four ensembles "
         "run at once on this one machine, started from their own zoo.cfg files and `myid`, "

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reads what benches/compare.sh measured and turns it into text.
+"""Reads what benches/run compare measured and turns it into text.
 
     report.py line FILE           one-line summary of an rzk-bench --json result;
                                   exit 1 if it is missing, invalid or has errors
@@ -629,7 +629,7 @@ def cmd_report(a):
                          goals_section(a, m, v)) if x]
     out = [SECTION, ""]
     out.append(
-        "Measured by `benches/compare.sh` (see its `--help`): both servers on the same "
+        "Measured by `benches/run compare` (see its `--help`): both servers on the same "
         "machine, driven by the same generator (`rzk-bench`) with the same settings. "
         "Absolute numbers drift with the machine; the ratios are the point."
     )

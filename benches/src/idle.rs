@@ -1,7 +1,7 @@
 //! `rzk-bench idle-sessions`: opens N sessions, each on its own connection,
 //! keeps them alive with pings, holds them, then closes them all. With
 //! `--watch-parent`, each session first leaves exist watches on children of
-//! that parent (a server's memory per watch: `benches/watch-rss.sh`).
+//! that parent (a server's memory per watch: `benches/run watch-rss`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Memory of the data tree per znode, measured as the process's RSS growth
 //! (`/proc/self/status`) while a tree of N znodes of 128 bytes is built, the
-//! shape `benches/compare.sh` populates (children `n0`, `n1`, ... of
+//! shape `benches/run compare` populates (children `n0`, `n1`, ... of
 //! `/rzk-populate-0`, `-1`, ..., 100,000 per parent), each znode's data
 //! handed over as the server's apply does; then the time to write and to load
 //! its snapshot. Not criterion: one run, one figure each.

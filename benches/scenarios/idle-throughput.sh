@@ -7,12 +7,12 @@
 # Printed per run: ops/s, p50 and p99 in ms, the server's CPU µs per op, and
 # the load average (the machine is shared: throughput depends on it).
 #
-#   benches/idle-throughput.sh                       # get,create; 10000 idle; 2 rounds of 5 s
-#   benches/idle-throughput.sh --workloads get --idle 2000 --rounds 3 --seconds 6
+#   benches/run idle-throughput                       # get,create; 10000 idle; 2 rounds of 5 s
+#   benches/run idle-throughput --workloads get --idle 2000 --rounds 3 --seconds 6
 set -euo pipefail
 
-# shellcheck source=scripts/lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/scripts/lib.sh"
+# shellcheck source=../scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 WORKLOADS=get,create
 IDLE=10000

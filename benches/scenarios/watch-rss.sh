@@ -12,12 +12,12 @@
 # about 5 KiB each before issue 15's session work: 0.5 B per watch at 100
 # sessions and 1M watches).
 #
-#   benches/watch-rss.sh                         # 1,000,000 watches, 100,000 znodes, 100 sessions
-#   RZK_BIN=... RZK_BENCH_BIN=... benches/watch-rss.sh --sessions 1000
+#   benches/run watch-rss                         # 1,000,000 watches, 100,000 znodes, 100 sessions
+#   RZK_BIN=... RZK_BENCH_BIN=... benches/run watch-rss --sessions 1000
 set -euo pipefail
 
-# shellcheck source=scripts/lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/scripts/lib.sh"
+# shellcheck source=../scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 ZNODES=100000
 WATCHES=1000000

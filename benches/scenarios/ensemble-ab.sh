@@ -14,7 +14,7 @@
 # figures per op are what to compare; ops/s follows the load. The load
 # average is printed at the start and the end.
 #
-#   benches/ensemble-ab.sh --rounds 3 --seconds 4 --workloads create,set \
+#   benches/run ensemble-ab --rounds 3 --seconds 4 --workloads create,set \
 #       --inflights 1,8 old=/work/ab/x/rzk new=target/release/rzk
 #
 # A BINARY may carry settings: 'one=env TOKIO_WORKER_THREADS=1 target/release/rzk'.
@@ -43,70 +43,39 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ $# -ge 1 ] || { echo "give at least one NAME=BINARY" >&2; exit 2; }
-BENCH=${RZK_BENCH_BIN:-$(dirname "$0")/../target/release/rzk-bench}
+# shellcheck source=../scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+RZK_BENCH_BIN=${RZK_BENCH_BIN:-$REPO_ROOT/target/release/rzk-bench}
+BENCH=$RZK_BENCH_BIN
 [ -x "$BENCH" ] || { echo "RZK_BENCH_BIN=$BENCH is not an executable" >&2; exit 2; }
+export RZK_BENCH_BIN
 HAVE_PERF=0
 command -v perf >/dev/null && HAVE_PERF=1
 
-WORK=$(mktemp -d /var/tmp/rzk-ens-ab.XXXXXX)
+work_dir /var/tmp/rzk-ens-ab
+WORK=$WORK_DIR
 declare -A PIDS CONNECT PORTS
-ALL_PIDS=()
 NAMES=()
-cleanup() {
-  local p
-  for p in "${ALL_PIDS[@]}"; do
-    kill -TERM "$p" 2>/dev/null || true
-  done
-  for p in "${ALL_PIDS[@]}"; do
-    wait "$p" 2>/dev/null || true
-  done
-  if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-start_ensemble() {
-  local name=$1 bin=$2 n lines="" client pids="" connect=""
-  local -a ports=()
+# start_binary_ensemble NAME BINARY: three members of BINARY (which may start with
+# `env VAR=VALUE ...`) in $WORK/NAME, started by rzk-ensemble (lib.sh's start_ensemble:
+# zoo.cfg, myid, the members settled, each serving a session and a read).
+start_binary_ensemble() {
+  local name=$1 n words envs=() modes=""
+  read -r -a words <<<"$2"
+  if [ "${words[0]}" = env ]; then
+    words=("${words[@]:1}")
+    while [[ ${words[0]} == *=* ]]; do envs+=(--env "${words[0]}"); words=("${words[@]:1}"); done
+  fi
+  start_ensemble "$name" "$WORK/$name" rzk --rzk "${words[0]}" --voters 3 --tick-ms 2000 \
+    --init-limit 10 --sync-limit 5 --set maxClientCnxns=0 --set snapCount=100000 \
+    --set "forceSync=${FORCE_SYNC:-yes}" --env NO_COLOR=1 --env RUST_LOG=warn "${envs[@]}"
+  PIDS[$name]=$("$RZK_ENSEMBLE" pids --dir "$WORK/$name")
+  CONNECT[$name]=$("$RZK_ENSEMBLE" connect --dir "$WORK/$name")
+  PORTS[$name]=""
   for n in 1 2 3; do
-    client=$(free_port)
-    ports+=("$client")
-    lines+="server.$n=127.0.0.1:$(free_port):$(free_port);127.0.0.1:$client"$'\n'
-  done
-  for n in 1 2 3; do
-    local m=$WORK/$name/m$n
-    mkdir -p "$m/data"
-    echo "$n" >"$m/data/myid"
-    {
-      echo "tickTime=2000"
-      echo "initLimit=10"
-      echo "syncLimit=5"
-      echo "dataDir=$m/data"
-      echo "clientPort=${ports[$((n - 1))]}"
-      echo "clientPortAddress=127.0.0.1"
-      echo "maxClientCnxns=0"
-      echo "4lw.commands.whitelist=*"
-      echo "admin.enableServer=false"
-      echo "snapCount=100000"
-      echo "forceSync=${FORCE_SYNC:-yes}"
-      printf '%s' "$lines"
-    } >"$m/zoo.cfg"
-    # shellcheck disable=SC2086 # BINARY may be "env VAR=VALUE ... /path/rzk"
-    NO_COLOR=1 RUST_LOG=warn $bin "$m/zoo.cfg" >"$m/server.log" 2>&1 </dev/null &
-    ALL_PIDS+=("$!")
-    pids+="${pids:+,}$!"
-    connect+="${connect:+,}127.0.0.1:${ports[$((n - 1))]}"
-  done
-  PIDS[$name]=$pids
-  PORTS[$name]="${ports[*]}"
-  CONNECT[$name]=$connect
-  local modes=""
-  for n in 1 2 3; do
-    "$BENCH" wait-serving --server "127.0.0.1:${ports[$((n - 1))]}" --timeout-seconds 120 >/dev/null
-    modes+=" m$n $( (exec 3<>"/dev/tcp/127.0.0.1/${ports[$((n - 1))]}" && printf srvr >&3 &&
+    PORTS[$name]+="${PORTS[$name]:+ }${SRV_PORT[$name-m$n]}"
+    modes+=" m$n $( (exec 3<>"/dev/tcp/127.0.0.1/${SRV_PORT[$name-m$n]}" && printf srvr >&3 &&
       sed -n 's/^Mode: //p' <&3) 2>/dev/null)"
   done
   echo "$name serving:$modes"
@@ -188,7 +157,7 @@ NAMES=()
 for arg in "$@"; do
   name=${arg%%=*}
   NAMES+=("$name")
-  start_ensemble "$name" "${arg#*=}"
+  start_binary_ensemble "$name" "${arg#*=}"
 done
 for ((r = 1; r <= ROUNDS; r++)); do
   order=("${NAMES[@]}")

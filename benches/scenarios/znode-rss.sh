@@ -12,15 +12,15 @@
 # malloc_info() of the populated server is written beside the results (gdb
 # attaches and calls it; for a binary on glibc's malloc only).
 #
-#   benches/znode-rss.sh --bins /work/ab/a/rzk,/work/ab/b/rzk --rounds 2
-#   benches/znode-rss.sh --znodes 1000000 --set rzk.log.windowEntriesMax=2
+#   benches/run znode-rss --bins /work/ab/a/rzk,/work/ab/b/rzk --rounds 2
+#   benches/run znode-rss --znodes 1000000 --set rzk.log.windowEntriesMax=2
 #
 # Environment: RZK_BENCH_BIN (default: built from this repository); RZK_BIN when
 # --bins is not given.
 set -euo pipefail
 
-# shellcheck source=scripts/lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/scripts/lib.sh"
+# shellcheck source=../scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 ZNODES=200000
 ROUNDS=1

@@ -10,12 +10,12 @@
 # the largest N, which leaves out what the first sessions cost once (the
 # allocator's arenas, tokio's first slab pages).
 #
-#   benches/session-rss.sh                          # 200,2000,10000
-#   RZK_BIN=... RZK_BENCH_BIN=... benches/session-rss.sh --sessions 500,5000
+#   benches/run session-rss                          # 200,2000,10000
+#   RZK_BIN=... RZK_BENCH_BIN=... benches/run session-rss --sessions 500,5000
 set -euo pipefail
 
-# shellcheck source=scripts/lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/scripts/lib.sh"
+# shellcheck source=../scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 COUNTS=200,2000,10000
 SETTLE=4

@@ -5,7 +5,7 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: benches/compare.sh [options]
+Usage: benches/run compare [options]
 
 Starts Apache ZooKeeper 3.8 (Debian package; installed if missing) and rzk on free
 loopback ports with equivalent settings (tickTime=2000, fsync on, the same snapCount,
@@ -46,7 +46,7 @@ alternately for several rounds, and prints medians and rzk/ZooKeeper ratios.
   --no-storm               skip the connection storm
   --quick                  1 round of 1 s on create,get,set,mixed; small footprint numbers (CI)
   --footprint              after the throughput runs, measure memory, restart and snapshot time
-  --footprint-only         only the footprint part (benches/footprint.sh does this)
+  --footprint-only         only the footprint part (benches/run footprint does this)
   --fp-znodes N            znodes before the RSS reading (default 200000; quick 20000)
   --fp-idle-sessions N     idle sessions for the RSS reading (default 10000; quick 500)
   --fp-restart-znodes N    znodes for the restart and snapshot timing (default 1000000; quick 50000)
@@ -64,8 +64,8 @@ Exit status: non-zero if any rzk-bench run fails or reports errors.
 EOF
 }
 
-# shellcheck source=scripts/lib.sh
-source "$(dirname "$0")/scripts/lib.sh"
+# shellcheck source=../scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 ORIG_ARGS=("$@")
 MODE=standalone
@@ -176,7 +176,7 @@ shell_word() {
     printf '"%s"' "$e"
   fi
 }
-CMD_SHOWN="benches/compare.sh"
+CMD_SHOWN="benches/run compare"
 for a in "${ORIG_ARGS[@]}"; do CMD_SHOWN+=" $(shell_word "$a")"; done
 BINS_FROM_ENV=()
 [ -z "${RZK_BIN:-}" ] || { CMD_SHOWN="RZK_BIN=$RZK_BIN $CMD_SHOWN"; BINS_FROM_ENV=(--bins-from-env); }
@@ -339,18 +339,18 @@ storm() {
   stop_server storm-rzk
 }
 
-# shellcheck source=scripts/footprint.sh
+# shellcheck source=../scripts/footprint.sh
 source "$REPO_ROOT/benches/scripts/footprint.sh"
 
 if [ "$MODE" = ensemble ]; then
-  # shellcheck source=scripts/ensemble.sh
+  # shellcheck source=../scripts/ensemble.sh
   source "$REPO_ROOT/benches/scripts/ensemble.sh"
   ensemble_main # its own runs and report; exits
 fi
 if [ "$MODE" = observers ]; then
-  # shellcheck source=scripts/ensemble.sh
+  # shellcheck source=../scripts/ensemble.sh
   source "$REPO_ROOT/benches/scripts/ensemble.sh"
-  # shellcheck source=scripts/observers.sh
+  # shellcheck source=../scripts/observers.sh
   source "$REPO_ROOT/benches/scripts/observers.sh"
   observers_main # its own runs and report; exits
 fi

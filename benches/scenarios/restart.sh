@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# benches/restart.sh: restart time of rzk with a large tree, repeated on copies
+# benches/run restart: restart time of rzk with a large tree, repeated on copies
 # of one populated data directory.
 #
-#   benches/restart.sh [--znodes N] [--rounds K] [--snapshot-rounds K] [--stop kill|term]
+#   benches/run restart [--znodes N] [--rounds K] [--snapshot-rounds K] [--stop kill|term]
 #                      [--work-dir D] [--keep] [--set key=value ...]
 #
 # Populates N znodes (128 B values) under /rzk-populate-0.. (at most 100,000
@@ -25,9 +25,10 @@
 # Binaries: RZK_BIN and RZK_BENCH_BIN (default target/release/rzk and
 # target/release/rzk-bench of this checkout).
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-RZK_BIN=${RZK_BIN:-$here/target/release/rzk}
-RZK_BENCH_BIN=${RZK_BENCH_BIN:-$here/target/release/rzk-bench}
+# shellcheck source=../scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+RZK_BIN=${RZK_BIN:-$REPO_ROOT/target/release/rzk}
+RZK_BENCH_BIN=${RZK_BENCH_BIN:-$REPO_ROOT/target/release/rzk-bench}
 RESTART_SETS=()
 ZNODES=1000000 ROUNDS=3 SNAP_ROUNDS=0 STOP=kill WORK_DIR="" KEEP=0 CHUNK=100000
 while [ $# -gt 0 ]; do
@@ -44,17 +45,11 @@ while [ $# -gt 0 ]; do
   shift
 done
 case $STOP in kill | term) ;; *) echo "--stop is kill or term" >&2; exit 2 ;; esac
-WORK_DIR=${WORK_DIR:-$(mktemp -d /var/tmp/rzk-restart.XXXXXX)}
-mkdir -p "$WORK_DIR"
+work_dir /var/tmp/rzk-restart "$WORK_DIR"
+# One server record (lib.sh), started on one port each time, on the data dir given.
+prepare_rzk srv "$WORK_DIR"
+PORT=${SRV_PORT[srv]}
 PID=""
-cleanup() {
-  if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then kill -9 "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
-  [ "$KEEP" = 1 ] || rm -rf "$WORK_DIR"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-now_ns() { date +%s%N; }
-PORT=$(free_port)
 chunks=$(((ZNODES + CHUNK - 1) / CHUNK))
 chunk_size() { local left=$((ZNODES - $1 * CHUNK)); [ $left -lt $CHUNK ] && echo $left || echo $CHUNK; }
 last=$((chunks - 1))
@@ -62,12 +57,13 @@ last=$((chunks - 1))
 start() { # start DIR LOG [--set k=v ...]: sets PID
   local dir=$1 logf=$2
   shift 2
-  "$RZK_BIN" --client-port "$PORT" --data-dir "$dir" --set maxClientCnxns=0 "$@" >"$logf" 2>&1 &
-  PID=$!
+  SRV_DATA[srv]=$dir SRV_LOG[srv]=$logf
+  : >"$logf"
+  launch srv "$WORK_DIR/t0" "$@"
+  PID=${SRV_PID[srv]}
 }
 stop() {
-  if [ "$STOP" = kill ]; then kill -9 "$PID"; else kill -TERM "$PID"; fi
-  wait "$PID" 2>/dev/null || true
+  if [ "$STOP" = kill ]; then kill_server srv; else stop_server srv; fi
   PID=""
 }
 
@@ -86,11 +82,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
   rm -rf "$WORK_DIR/run"
   cp -a "$WORK_DIR/populated" "$WORK_DIR/run"
   sync
-  t0=$(now_ns)
   start "$WORK_DIR/run" "$WORK_DIR/run-$r.log" "${RESTART_SETS[@]}"
   "$RZK_BENCH_BIN" wait-serving --server "127.0.0.1:$PORT" --timeout-seconds 300 \
     --check-path "/rzk-populate-$last" --expect-children "$(chunk_size $last)" >/dev/null
-  ms=$((($(now_ns) - t0) / 1000000))
+  # From just before exec (lib.sh's launch writes the time there).
+  t1=$(now_ns) t0=$(cat "$WORK_DIR/t0")
+  ms=$(((t1 - t0) / 1000000))
   results+=("$ms")
   echo "round $r: exec to first read of all $(chunk_size $last) children of /rzk-populate-$last: $ms ms"
   # Phases: each of the server's start-up log lines, in ms after exec.
@@ -107,7 +104,7 @@ for line in open(sys.argv[2], errors="replace"):
         extra = re.search(r"ms=\d+", line)
         print(f"  {1000 * (t - t0):7.0f} ms  {k}" + (f" ({extra.group(0)})" if extra else ""))
 PY
-  kill -9 "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+  kill_server srv; PID=""
 done
 [ "$ROUNDS" -gt 0 ] && printf '%s\n' "${results[@]}" | sort -n | awk '{a[NR]=$1} END {print "median of " NR ": " a[int((NR+1)/2)] " ms"}'
 
@@ -149,6 +146,6 @@ PY
     sleep 0.1
   done
   echo "snapshot round $r: ${ms:-not saved within 600 s} (uptime: $(uptime | sed 's/.*load/load/'))"
-  kill -9 "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+  kill_server srv; PID=""
 done
 echo "uptime after: $(uptime)"

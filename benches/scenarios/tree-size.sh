@@ -12,16 +12,16 @@
 # load average; at the end, per workload, the median of each size and its
 # ratio to the smallest size's.
 #
-#   benches/tree-size.sh                                    # 1000,10000,100000,1000000; get,set; 2 rounds of 4 s
-#   benches/tree-size.sh --sizes 1000,1000000 --workloads get --rounds 3 --seconds 5
-#   benches/tree-size.sh --set rzk.snapshot.writeBytesPerSecMax=33554432   # zoo.cfg keys (repeatable)
-#   benches/tree-size.sh --keep        # keep the work dir (the servers' logs) under /var/tmp
+#   benches/run tree-size                                    # 1000,10000,100000,1000000; get,set; 2 rounds of 4 s
+#   benches/run tree-size --sizes 1000,1000000 --workloads get --rounds 3 --seconds 5
+#   benches/run tree-size --set rzk.snapshot.writeBytesPerSecMax=33554432   # zoo.cfg keys (repeatable)
+#   benches/run tree-size --keep        # keep the work dir (the servers' logs) under /var/tmp
 #
 # Environment: RZK_BIN, RZK_BENCH_BIN (default: built from this repository).
 set -euo pipefail
 
-# shellcheck source=scripts/lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/scripts/lib.sh"
+# shellcheck source=../scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 SIZES=1000,10000,100000,1000000
 WORKLOADS=get,set

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# benches/snapshot-cost.sh: what snapshots cost the log. Runs rzk-bench create
+# benches/run snapshot-cost: what snapshots cost the log. Runs rzk-bench create
 # (32 sessions, 1 request in flight each, 128 B values) against a fresh rzk per
 # run, once per setting, alternating the settings round by round, and prints
 # ops/s, p99, the server's CPU per op (utime + stime from /proc/<pid>/stat over
@@ -7,7 +7,7 @@
 # from its `mntr` the log's fsync time (avg/max ms), the snapshots' time (count,
 # sum ms) and the average txns per fsync.
 #
-#   benches/snapshot-cost.sh [--rounds K] [--seconds S] [--inflight N] \
+#   benches/run snapshot-cost [--rounds K] [--seconds S] [--inflight N] \
 #       [--populate N] [--binary label=path ...] 'label:key=value,key=value' ...
 #
 # --populate N creates N znodes (rzk-bench populate) before the timed run, so
@@ -16,13 +16,14 @@
 # binary, alternated the same way (an A/B in the same minutes).
 #
 # Example (snapshots at the default snapCount, off, and with the writer paced):
-#   benches/snapshot-cost.sh --rounds 3 'on:snapCount=100000' 'off:snapCount=1000000000' \
+#   benches/run snapshot-cost --rounds 3 'on:snapCount=100000' 'off:snapCount=1000000000' \
 #       'paced:snapCount=100000,rzk.snapshot.writeBytesPerSecMax=33554432'
 # Binaries: RZK_BIN, RZK_BENCH_BIN (default target/release of this checkout).
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-RZK_BIN=${RZK_BIN:-$here/target/release/rzk}
-RZK_BENCH_BIN=${RZK_BENCH_BIN:-$here/target/release/rzk-bench}
+# shellcheck source=../scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+RZK_BIN=${RZK_BIN:-$REPO_ROOT/target/release/rzk}
+RZK_BENCH_BIN=${RZK_BENCH_BIN:-$REPO_ROOT/target/release/rzk-bench}
 ROUNDS=3 SECONDS_PER_RUN=8 INFLIGHT=1 POPULATE=0 SETTINGS=() BINARIES=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -52,14 +53,8 @@ while True:
     if not b: break
     d+=b
 print(d.decode())' "$1"; }
-WORK_DIR=$(mktemp -d /var/tmp/rzk-snapcost.XXXXXX)
+work_dir /var/tmp/rzk-snapcost
 PID=""
-cleanup() {
-  if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then kill -9 "$PID"; wait "$PID" 2>/dev/null || true; fi
-  rm -rf "$WORK_DIR"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 echo "uptime before: $(uptime)"
 for ((r = 1; r <= ROUNDS; r++)); do
   n=${#CASES[@]}
@@ -71,10 +66,13 @@ for ((r = 1; r <= ROUNDS; r++)); do
     args=()
     IFS=, read -ra kvs <<<"$sets"
     for kv in "${kvs[@]}"; do [ -n "$kv" ] && args+=(--set "$kv"); done
-    port=$(free_port)
     dir="$WORK_DIR/${label//\//-}-$r"
-    "$bin" --client-port "$port" --data-dir "$dir" --set maxClientCnxns=0 --set "4lw.commands.whitelist=*" "${args[@]}" >"$dir.log" 2>&1 &
-    PID=$!
+    # lib.sh's record srv: a fresh port, data in $dir, the log $dir.log.
+    SRV_DATA[srv]=$dir
+    prepare_rzk srv "$dir"
+    SRV_BIN[srv]=$bin SRV_LOG[srv]=$dir.log
+    launch srv "$WORK_DIR/t0" "${args[@]}"
+    PID=${SRV_PID[srv]} port=${SRV_PORT[srv]}
     "$RZK_BENCH_BIN" wait-serving --server "127.0.0.1:$port" >/dev/null
     if [ "$POPULATE" -gt 0 ]; then
       "$RZK_BENCH_BIN" populate --server "127.0.0.1:$port" --znodes "$POPULATE" --path /pre >/dev/null
@@ -85,7 +83,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
       --inflight "$INFLIGHT" --seconds "$SECONDS_PER_RUN" --json | head -1)
     t1=$(ticks "$PID")
     m=$(mntr "$port")
-    kill -TERM "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+    stop_server srv; PID=""
     began=$(($(grep -ac "snapshot started" "$dir.log" || true) - began0))
     python3 -c '
 import json, sys, os

@@ -12,9 +12,9 @@
 # shared machine the CPU and switch figures per op are what to compare; ops/s
 # follows the load. The load average is printed at the start and the end.
 #
-#   benches/ab-binaries.sh --rounds 3 --seconds 4 --workloads create,set,get \
+#   benches/run ab-binaries --rounds 3 --seconds 4 --workloads create,set,get \
 #       old=/path/to/old/rzk new=target/release/rzk
-#   FORCE_SYNC=no benches/ab-binaries.sh ...     # the code path without the disk
+#   FORCE_SYNC=no benches/run ab-binaries ...     # the code path without the disk
 #
 # Environment: RZK_BENCH_BIN (default target/release/rzk-bench), FORCE_SYNC
 # (yes), INFLIGHT (1). Needs perf for the per-op switch and syscall columns
@@ -35,43 +35,33 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ $# -ge 1 ] || { echo "give at least one NAME=BINARY" >&2; exit 2; }
-BENCH=${RZK_BENCH_BIN:-$(dirname "$0")/../target/release/rzk-bench}
+# shellcheck source=../scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+RZK_BENCH_BIN=${RZK_BENCH_BIN:-$REPO_ROOT/target/release/rzk-bench}
+BENCH=$RZK_BENCH_BIN
 INFLIGHT=${INFLIGHT:-1}
 FORCE_SYNC=${FORCE_SYNC:-yes}
 [ -x "$BENCH" ] || { echo "RZK_BENCH_BIN=$BENCH is not an executable" >&2; exit 2; }
+export RZK_BENCH_BIN
 HAVE_PERF=0
 command -v perf >/dev/null && HAVE_PERF=1
+# compare.sh's settings (lib.sh's prepare_rzk), the servers logging warnings only.
+SNAP_COUNT=100000 RZK_LOG=warn
 
-WORK=$(mktemp -d /var/tmp/rzk-ab.XXXXXX)
+work_dir /var/tmp/rzk-ab
+WORK=$WORK_DIR
 declare -A PID PORT
 NAMES=()
-cleanup() {
-  local n
-  for n in "${NAMES[@]}"; do
-    kill -TERM "${PID[$n]}" 2>/dev/null || true
-    wait "${PID[$n]}" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 for pair in "$@"; do
   n=${pair%%=*}
   bin=${pair#*=}
   [ -x "$bin" ] || { echo "$n: $bin is not an executable" >&2; exit 2; }
   NAMES+=("$n")
-  PORT[$n]=$(free_port)
-  mkdir -p "$WORK/$n"
-  RUST_LOG=warn "$bin" --client-port "${PORT[$n]}" --client-port-address 127.0.0.1 \
-    --data-dir "$WORK/$n/data" --set tickTime=2000 --set maxClientCnxns=0 \
-    --set '4lw.commands.whitelist=*' --set snapCount=100000 --set "forceSync=$FORCE_SYNC" \
-    >"$WORK/$n/log" 2>&1 </dev/null &
-  PID[$n]=$!
-  "$BENCH" wait-serving --server "127.0.0.1:${PORT[$n]}" --timeout-seconds 120 >/dev/null
+  prepare_rzk "$n" "$WORK/$n" "forceSync=$FORCE_SYNC"
+  SRV_BIN[$n]=$bin
+  start_server "$n"
+  PID[$n]=${SRV_PID[$n]} PORT[$n]=${SRV_PORT[$n]}
   echo "# $n: pid ${PID[$n]}, port ${PORT[$n]}, $bin"
 done
 echo "# $(date -u +%FT%TZ) forceSync=$FORCE_SYNC inflight=$INFLIGHT load average: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -7,7 +7,7 @@
 # for the CPU at saturation; at a rate both servers can carry, the
 # percentiles compare the servers themselves.
 #
-#   benches/open-loop.sh [--rates get:20000,create:4000,...] [--seconds S]
+#   benches/run open-loop [--rates get:20000,create:4000,...] [--seconds S]
 #                        [--sessions N] [--inflight K] [--rounds R]
 #                        [--warmup-seconds W] [--mode standalone|ensemble]
 #
@@ -50,10 +50,10 @@ standalone | ensemble) ;;
 *) echo "open-loop.sh: --mode is standalone or ensemble, not $mode" >&2; exit 2 ;;
 esac
 
-# shellcheck source=scripts/lib.sh
-source "$(dirname "$0")/scripts/lib.sh"
-# shellcheck source=scripts/ensemble.sh
-source "$(dirname "$0")/scripts/ensemble.sh"
+# shellcheck source=../scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+# shellcheck source=../scripts/ensemble.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/ensemble.sh"
 ZK_HEAP=1g ZK_XMS=0
 ensure_deps
 resolve_bins
@@ -85,9 +85,9 @@ start_kind() {
 
 # stop_kind KIND NAME: stops what start_kind started.
 stop_kind() {
-  local kind=$1 name=$2 n
+  local kind=$1 name=$2
   if [ "$mode" = ensemble ]; then
-    for ((n = 1; n <= ENS_SIZE; n++)); do stop_server "$(ens_member "$kind" "$n")"; done
+    ens_stop "$kind"
     return
   fi
   stop_server "$name"
