@@ -12,6 +12,9 @@ use rand_chacha::ChaCha8Rng;
 use rzk_wire::{Acl, Stat};
 
 use super::*;
+use crate::path;
+use crate::tree::snapshot::format::{record_len, RECORD_STAT_BYTES, SESSION_BYTES};
+use crate::tree::{ttl_owner, CONTAINER_OWNER};
 
 /// Everything a tree holds that a load must restore: every node, and the
 /// indices derived from them (ephemerals, containers, TTL nodes, counts).
@@ -186,7 +189,7 @@ fn random_snapshot(rng: &mut ChaCha8Rng, changes: u64) -> (Bytes, State, Vec<Ses
 /// The records of a snapshot: where each starts and how long it is.
 fn record_spans(bytes: &[u8]) -> Vec<(usize, usize)> {
     let sessions = u32::from_be_bytes(bytes[24..28].try_into().unwrap()) as usize;
-    let mut at = 28 + sessions * SNAP_SESSION_BYTES;
+    let mut at = 28 + sessions * SESSION_BYTES;
     let (mut spans, mut acls) = (Vec::new(), 0);
     while bytes[at] == 1 {
         let len = record_len(&bytes[at..], acls).unwrap().unwrap();
@@ -260,7 +263,7 @@ fn a_split_load_fails_as_the_one_thread_load_on_a_damaged_snapshot() {
         // UTF-8, a missing parent, a repeated node), data, a stat field.
         for _ in 0..300 {
             let (at, len) = spans[rng.random_range(0..spans.len())];
-            let stats = at + len - SNAP_RECORD_STAT_BYTES..at + len;
+            let stats = at + len - RECORD_STAT_BYTES..at + len;
             let path = path_range(&bytes, at);
             let i = match rng.random_range(0..3) {
                 0 => at,
