@@ -82,6 +82,7 @@ fn make_blob(name: &[u8], data: Option<&[u8]>) -> Box<[u8]> {
 impl Node {
     /// A node named `name` (the last component of its path), created at
     /// `zxid` and `time`, with no children.
+    #[inline]
     pub(super) fn new(
         name: &str,
         data: Option<&[u8]>,
@@ -109,11 +110,13 @@ impl Node {
     }
 
     /// The node's name: the last component of its path (empty for `/`).
+    #[inline]
     pub(super) fn name(&self) -> &[u8] {
         &self.blob[..(self.name_len & !NULL_DATA) as usize]
     }
 
     /// The data, borrowed; `None` for null data.
+    #[inline]
     pub fn data_slice(&self) -> Option<&[u8]> {
         if self.name_len & NULL_DATA != 0 {
             return None;
@@ -129,11 +132,13 @@ impl Node {
     }
 
     /// The length of the data (0 for null data).
+    #[inline]
     pub fn data_len(&self) -> usize {
         self.data_slice().map_or(0, <[u8]>::len)
     }
 
     /// Replaces the data, keeping the name.
+    #[inline]
     pub(super) fn set_data(&mut self, data: Option<&[u8]>) {
         let name_len = self.name_len & !NULL_DATA;
         self.blob = make_blob(&self.blob[..name_len as usize], data);
@@ -141,6 +146,7 @@ impl Node {
     }
 
     /// How many children the node has.
+    #[inline]
     pub fn num_children(&self) -> i32 {
         self.children.as_ref().map_or(0, |c| c.len() as i32)
     }
@@ -207,6 +213,7 @@ impl Slab {
     }
 
     /// Whether no slot was ever handed out (the root's is the first).
+    #[inline]
     pub(super) fn is_unused(&self) -> bool {
         self.slots == 0
     }
@@ -228,6 +235,7 @@ impl Slab {
 
     /// A free slot: a freed one, or the next fresh one (a new chunk when the
     /// last is full).
+    #[inline]
     pub(super) fn alloc(&mut self) -> u32 {
         if let Some(i) = self.free.pop() {
             return i;
@@ -242,33 +250,39 @@ impl Slab {
     }
 
     /// Stores `node` in the slot `idx` (from [`Slab::alloc`]).
+    #[inline]
     pub(super) fn put(&mut self, idx: u32, node: Node) {
         *self.slot_mut(idx) = Some(node);
     }
 
     /// Empties the slot `idx` and frees it for reuse; what it held.
+    #[inline]
     pub(super) fn remove(&mut self, idx: u32) -> Option<Node> {
         let node = self.slot_mut(idx).take();
         self.free.push(idx);
         node
     }
 
+    #[inline]
     fn slot(&self, idx: u32) -> Option<&Option<Node>> {
         self.chunks
             .get((idx >> SLAB_CHUNK_SHIFT) as usize)
             .map(|c| &c[idx as usize & (SLAB_CHUNK - 1)])
     }
 
+    #[inline]
     fn slot_mut(&mut self, idx: u32) -> &mut Option<Node> {
         &mut self.chunks[(idx >> SLAB_CHUNK_SHIFT) as usize][idx as usize & (SLAB_CHUNK - 1)]
     }
 
     /// The live node at `idx`, if any.
+    #[inline]
     pub(super) fn get(&self, idx: u32) -> Option<&Node> {
         self.slot(idx)?.as_ref()
     }
 
     /// The live node at `idx`, if any, to change.
+    #[inline]
     pub(super) fn get_mut(&mut self, idx: u32) -> Option<&mut Node> {
         self.chunks
             .get_mut((idx >> SLAB_CHUNK_SHIFT) as usize)
@@ -277,6 +291,7 @@ impl Slab {
     }
 
     /// The node at `idx`, which the caller knows is live.
+    #[inline]
     pub(super) fn node_mut(&mut self, idx: u32) -> &mut Node {
         self.slot_mut(idx)
             .as_mut()
@@ -284,16 +299,19 @@ impl Slab {
     }
 
     /// The hash of a child's name in its parent's table.
+    #[inline]
     pub(super) fn hash(&self, name: &[u8]) -> u64 {
         name_hash(&self.hasher, name)
     }
 
     /// The hash of the name of the node at `idx` (a table's rehash).
+    #[inline]
     fn hash_of(&self, idx: u32) -> u64 {
         self.hash(self.get(idx).map_or(&[][..], Node::name))
     }
 
     /// The child of `parent` named `name`.
+    #[inline]
     pub(super) fn child(&self, parent: &Node, name: &[u8]) -> Option<u32> {
         let children = parent.children.as_ref()?;
         children
@@ -306,6 +324,7 @@ impl Slab {
     /// Adds the node at `idx` (in the slab already, with its name, whose
     /// hash is `hash`) to the children of `parent`; false if `parent` has a
     /// child of that name.
+    #[inline]
     pub(super) fn link_child(&mut self, parent: u32, idx: u32, hash: u64) -> bool {
         // The table is taken out of its node while it may rehash: rehashing
         // reads the children's names from the slab.
@@ -327,6 +346,7 @@ impl Slab {
     }
 
     /// Removes the child named `name` from `parent`'s table; its index.
+    #[inline]
     pub(super) fn unlink_child(&mut self, parent: u32, name: &[u8]) -> Option<u32> {
         let mut table = self.node_mut(parent).children.take()?;
         let found = table
@@ -361,6 +381,7 @@ impl Slab {
 
 /// The hash of a child's name in its parent's table (one function, so the
 /// parsing thread of a load hashes exactly as the tree does).
+#[inline]
 pub(super) fn name_hash(hasher: &foldhash::fast::RandomState, name: &[u8]) -> u64 {
     hasher.hash_one(name)
 }

@@ -78,6 +78,7 @@ struct SnapFrame {
 
 impl SnapFrame {
     /// The next child to visit and its path, written into `path`.
+    #[inline]
     fn pop(&mut self, path: &mut Vec<u8>) -> Option<u32> {
         let (idx, end) = self.kids.pop()?;
         let start = self.kids.last().map_or(0, |k| k.1);
@@ -242,6 +243,7 @@ impl DataTree {
 
     /// Copy-on-write: before the node at `idx` (path `p`) changes, a snapshot
     /// in progress that has not written it yet writes its current state.
+    #[inline]
     pub(in crate::tree) fn cow(&mut self, idx: u32, p: &str) {
         let Some(snap) = self.snap.as_mut() else {
             return;
