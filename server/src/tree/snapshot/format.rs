@@ -2,9 +2,9 @@
 //! end marker. The writer of a record ([`write_record`]), the length the
 //! reader gives a record ([`record_len`]) and the reader of one
 //! ([`read_entry`]) sit side by side here, and each pair is asserted to
-//! agree on every record: the writer checks that `record_len` of what it
-//! wrote is what it wrote, and the reader checks that a record consumed
-//! exactly `record_len` bytes.
+//! agree on every record: the reader checks that a record consumed exactly
+//! `record_len` bytes, and the writer (in debug builds, so in every test)
+//! checks that `record_len` of what it wrote is what it wrote.
 //!
 //! ```text
 //! header  "RZKTREE2" | zxid u64 | nodes u64 | sessions u32
