@@ -52,6 +52,7 @@ pub(super) struct OwnerIndex {
 
 impl OwnerIndex {
     /// Indexes the node at `p` with owner value `owner`.
+    #[inline]
     pub(super) fn insert(&mut self, p: &str, owner: i64) {
         if owner == CONTAINER_OWNER {
             self.containers.insert(p.to_owned());
@@ -67,6 +68,7 @@ impl OwnerIndex {
 
     /// Drops the node at `p` with owner value `owner` from the index (a
     /// session with no ephemeral left is dropped too).
+    #[inline]
     pub(super) fn remove(&mut self, p: &str, owner: i64) {
         if owner == CONTAINER_OWNER {
             self.containers.remove(p);

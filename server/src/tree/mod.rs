@@ -32,8 +32,8 @@
 //!
 //! Relies on: prep having checked a change before it is applied (a change
 //! that does not apply fails without changing anything, and the caller
-//! treats that as a bug), and on the path rules of [`crate::path`] (a path
-//! that breaks them is simply not found).
+//! logs it as a bug), and on the path rules of [`crate::path`] (a path that
+//! breaks them is simply not found).
 
 mod index;
 mod node;
@@ -357,7 +357,7 @@ impl DataTree {
         self.cow(parent, parent_path);
         self.nodes.unlink_child(parent, name.as_bytes());
         self.nodes.node_mut(parent).pzxid = zxid;
-        let node = self.nodes.remove(idx).expect("child index is live");
+        let node = self.nodes.remove(idx);
         self.unaccount(p, &node);
         Ok(node)
     }

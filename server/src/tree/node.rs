@@ -255,10 +255,14 @@ impl Slab {
         *self.slot_mut(idx) = Some(node);
     }
 
-    /// Empties the slot `idx` and frees it for reuse; what it held.
+    /// Empties the slot `idx`, which the caller knows is live, and frees it
+    /// for reuse; the node it held.
     #[inline]
-    pub(super) fn remove(&mut self, idx: u32) -> Option<Node> {
-        let node = self.slot_mut(idx).take();
+    pub(super) fn remove(&mut self, idx: u32) -> Node {
+        let node = self
+            .slot_mut(idx)
+            .take()
+            .expect("a live index names a live node");
         self.free.push(idx);
         node
     }

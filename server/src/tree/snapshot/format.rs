@@ -276,7 +276,9 @@ impl RecordStat {
 
 /// The record or end marker that is all of `b`, as long as [`record_len`]
 /// said it is (with the same `acls_defined`).
-#[inline]
+// Always inlined into the loader's loop: a call returning the record by
+// value cost a load about 3% more time.
+#[inline(always)]
 pub(super) fn read_entry(mut b: &[u8], acls_defined: usize) -> Result<Entry<'_>, TxnError> {
     let r = &mut b;
     let entry = match txn::get_u8(r)? {
