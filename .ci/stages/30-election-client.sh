@@ -120,7 +120,7 @@ case "$passes" in *" rzk "*)
   all_alive standalone
 esac
 
-# Issue 11: the same tests against a 3-member rzk ensemble.
+# The same tests against a 3-member rzk ensemble.
 case "$passes" in *" ensemble "*)
   start_rzk ensemble --voters 3 --no-client-on-server-lines --timeout 60
   run_tests "a 3-member rzk ensemble" "--test client_zk --test election_zk" RZK_TEST_ZK="$CONNECT"

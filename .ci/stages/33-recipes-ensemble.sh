@@ -2,8 +2,8 @@
 # The recipe tests of election-client/tests/recipes_zk.rs (TreeCache, PersistentNode,
 # ReadWriteLock, Semaphore, SharedCounter, Barrier/DoubleBarrier, each through a
 # suspension, a session loss and a restart) on 3-member ensembles, where the restart
-# kills the leader: first Apache ZooKeeper 3.8, then rzk built from this tree
-# (issue 17: "on the ensemble, a leader kill"). The standalone runs are in stage 30.
+# kills the leader: first Apache ZooKeeper 3.8, then rzk built from this tree. The
+# standalone runs are in stage 30.
 # Installs what it needs on a fresh Debian machine.
 # Duration (2 cores, warm build): about 1 minute per server; see the closing line.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Zxid epoch rollover (issue 13, DESIGN.md I3) at the sizes the issue asks for,
-# beyond what `cargo test` runs (counter limit 64):
+# Zxid epoch rollover (I3 in ARCHITECTURE.md) at larger sizes than `cargo test`
+# runs (counter limit 64):
 # - three rzk processes with rzk.zxid.counterLimit=1000, 32 sessions of the
 #   zookeeper-client crate across 20 rollovers (no election, no client error),
 #   and kill -9 of the leader at the two riskiest steps of a rollover;

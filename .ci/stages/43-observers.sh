@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Observers (issue 12), server side:
+# Observers, server side:
 # - server/tests/observers_kill9.rs: three voters and two observers as real rzk
 #   processes; a write load (sessions on every member, the observers' forwarded)
 #   while an observer and then a follower are killed with SIGKILL and restarted;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Operations (issue 16) with real components: TLS on the secure client port with kazoo
+# Operations with real components: TLS on the secure client port with kazoo
 # (use_ssl=True) and zkCli.sh (Netty client socket, zookeeper.client.secure=true), against
 # Apache ZooKeeper 3.8 as the reference and against rzk (interop/ops/); rzk's /metrics
 # read by Prometheus's Python parser; the AdminServer's JSON keys against ZooKeeper's;

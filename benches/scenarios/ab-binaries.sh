@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two or more rzk binaries side by side (issue 11: the one-voter ZAB path
+# Two or more rzk binaries side by side (the one-voter ZAB path
 # against the QuorumOfOne it replaced, or any before/after pair). Each binary
 # is started once, standalone, with compare.sh's settings, on its own data dir
 # under /var/tmp; then, round by round, every workload runs on each of them in

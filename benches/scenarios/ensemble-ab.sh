@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two or more rzk binaries as 3-member ensembles side by side (issue 11, the
+# Two or more rzk binaries as 3-member ensembles side by side (the
 # ensemble's write path): each binary runs one ensemble of three members on
 # this machine (zoo.cfg as benches/scripts/ensemble.sh writes them: tickTime
 # 2000, initLimit 10, syncLimit 5, forceSync=yes); then, round by round, every

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throughput with many idle sessions held (issue 15: "throughput flat to 10k
+# Throughput with many idle sessions held (the goal: "throughput flat to 10k
 # sessions"). One fresh rzk (the settings of compare.sh); for each workload,
 # alternating rounds of `rzk-bench run` (32 sessions, 1 request in flight,
 # 128 B values): first without idle sessions, then while `rzk-bench

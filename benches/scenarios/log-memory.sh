@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # benches/run log-memory: memory of a standalone rzk whose whole history is log
 # (snapCount=1000000000, so no snapshot ever trims it), during a write load and
-# at the restart on that log (issue 11: the bounded in-memory log window).
+# at the restart on that log (the bounded in-memory log window).
 #
 #   benches/run log-memory OPS VALUE_BYTES RZK_BINARY...
 #

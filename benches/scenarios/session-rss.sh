@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The memory of an idle session on rzk (issue 15: goal <= 1 KiB of RSS).
+# The memory of an idle session on rzk (goal: <= 1 KiB of RSS).
 #
 # For each count N in --sessions: a fresh rzk (the settings of compare.sh) on a
 # free loopback port; its VmRSS once it serves; then `rzk-bench idle-sessions`

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throughput against the size of the tree (issue 15: "throughput flat from 1k to
+# Throughput against the size of the tree (the goal: "throughput flat from 1k to
 # 1M znodes, ± 10 %"). For each size N in --sizes: a fresh rzk (the settings of
 # compare.sh: fsync on, snapCount=100000), `rzk-bench populate` N znodes of
 # 128 B (parents of at most 100,000 children, as footprint.sh does), then, in

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The memory of a watch on rzk (issue 15: goal <= 48 B; ZooKeeper's old watch
+# The memory of a watch on rzk (goal: <= 48 B; ZooKeeper's old watch
 # manager needed about 133 B).
 #
 # A fresh rzk (the settings of compare.sh) on a free loopback port;
@@ -9,7 +9,7 @@
 # children (--watches in all, every child watched by watches/znodes sessions),
 # holds them, and VmRSS is read again once the server's `wchs` reports every
 # watch. Printed: RSS added per watch (it includes the sessions themselves,
-# about 5 KiB each before issue 15's session work: 0.5 B per watch at 100
+# about 5 KiB each before the sessions were made smaller: 0.5 B per watch at 100
 # sessions and 1M watches).
 #
 #   benches/run watch-rss                         # 1,000,000 watches, 100,000 znodes, 100 sessions

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# RSS per znode of rzk alone, A/B (issue 15: <= 150 B per znode beyond its path
+# RSS per znode of rzk alone, A/B (goal: <= 150 B per znode beyond its path
 # and data). For each round and each binary in turn (alternating, so both see
 # the same minutes of the machine): a fresh rzk with compare.sh's settings on a
 # free loopback port, VmRSS once it serves, `rzk-bench populate` of --znodes

@@ -22,7 +22,7 @@ SECTION = "## rzk vs Apache ZooKeeper 3.8 (ensemble of 3)"
 # The standalone section this one follows in BENCHMARKS.md when it is new.
 AFTER = report.SECTION
 
-# Issue 11's goals, by the kind of workload. Reads are served by the member a
+# The ensemble's goals, by the kind of workload. Reads are served by the member a
 # session is on; writes (and session create/close) go through the leader.
 WRITES = ("create", "set", "delete", "multi")
 READS = ("get", "exists", "children")

@@ -510,7 +510,7 @@ def footprint_section(a, m, v):
 
 
 def goals_section(a, m, v):
-    """Every goal of issue 15 this run measured: the figure and met or missed."""
+    """Every footprint goal this run measured: the figure and met or missed."""
     rows = []
 
     def add(goal, measured, ok):

@@ -1,7 +1,7 @@
-//! The recipes of issue 17 against a real server, each under a suspension (a TCP cut
-//! shorter than the session), a session loss (a cut longer than the session) and a
-//! restart of the server (the leader, on an ensemble), with the recipe's invariant
-//! checked at every step:
+//! The recipes against a real server, each under a suspension (a TCP cut shorter
+//! than the session), a session loss (a cut longer than the session) and a restart
+//! of the server (the leader, on an ensemble), with the recipe's invariant checked
+//! at every step:
 //! - TreeCache: every event consistent with the ones before it; once connected and the
 //!   writers paused, the cache equals a fresh read of the subtree;
 //! - PersistentNode: present again, owned by the live session, within one session

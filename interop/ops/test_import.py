@@ -1,4 +1,4 @@
-"""`rzk import-zookeeper` checked through kazoo (issue 16, item 5): a data dir written by a
+"""`rzk import-zookeeper` checked through kazoo: a data dir written by a
 real Apache ZooKeeper 3.8 under a load of every node type kazoo can make (persistent,
 sequential, ephemeral, ACL'd with digest and world, data rewritten, children deleted, a
 multi), with snapCount low enough that ZooKeeper rolls several snapshots and logs (so the

@@ -1,4 +1,4 @@
-"""Certificates and TLS-enabled servers for the TLS interop tests (issue 16).
+"""Certificates and TLS-enabled servers for the TLS interop tests.
 
 Certificates are made at test time with the `openssl` command (RSA 2048 keys in PKCS#8,
 which ZooKeeper's PEM key store reads); no private key is checked in. Both servers get

@@ -1,5 +1,6 @@
 """ACLs and authentication: the world, digest, ip and auth schemes, addauth, NoAuth,
-InvalidACL, getACL masking, and the super user (protocol §12)."""
+InvalidACL, getACL masking, and the super user (docs/client-protocol.md, "ACLs and
+authentication")."""
 
 import pytest
 from kazoo.exceptions import (
@@ -40,7 +41,8 @@ def authed(new_client, *users):
 
 def test_digest_identity_matches_kazoos_digest(zk, base):
     # The server computes user:base64(sha1("user:password")); the published example
-    # alice:secret -> alice:aYXlLOpEooaV1cRAvUL1fp9Qt7E= (§12.5).
+    # alice:secret -> alice:aYXlLOpEooaV1cRAvUL1fp9Qt7E= (docs/client-protocol.md,
+    # "Digest identities").
     assert make_digest_acl_credential(*ALICE) == "alice:aYXlLOpEooaV1cRAvUL1fp9Qt7E="
     zk.add_auth("digest", "alice:secret")
     zk.create(f"{base}/n", b"", acl=CREATOR_ALL_ACL)
@@ -77,7 +79,8 @@ def test_wrong_password_is_accepted_but_grants_nothing(new_client, base, members
     owner = authed(new_client, ALICE)
     owner.create(f"{base}/n", b"", acl=[make_digest_acl(*ALICE, read=True)])
     members.settle()
-    # Digest auth never fails (§12.5); it just yields an identity that matches nothing.
+    # Digest auth never fails (docs/client-protocol.md, "Digest identities"); it just
+    # yields an identity that matches nothing.
     impostor = authed(new_client, ("alice", "wrong"))
     with pytest.raises(NoAuthError):
         impostor.get(f"{base}/n")
@@ -206,7 +209,8 @@ def test_set_acl_needs_admin_and_checks_aversion(new_client, base):
 
 
 def test_acl_is_checked_before_version(new_client, base):
-    # A request that is both unauthorised and stale gets NoAuth (§12.4).
+    # A request that is both unauthorised and stale gets NoAuth
+    # (docs/client-protocol.md, "The permission check").
     owner = authed(new_client, ALICE)
     owner.create(f"{base}/n", b"", acl=[make_digest_acl(*ALICE, all=True)])
     stranger = new_client()
@@ -233,7 +237,8 @@ def test_get_acls_masks_digests_without_admin(new_client, base):
     )
     bob = authed(new_client, BOB)
     acls, _ = bob.get_acls(f"{base}/n")
-    # READ without ADMIN: everything after the first ':' becomes 'x' (§7.8).
+    # READ without ADMIN: everything after the first ':' becomes 'x'
+    # (docs/client-protocol.md, "getACL").
     assert acl_tuples(acls) == [(1, "digest", "bob:x"), (31, "digest", "alice:x")]
     acls, _ = owner.get_acls(f"{base}/n")
     assert acl_tuples(acls) == sorted(

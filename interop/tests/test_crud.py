@@ -1,5 +1,5 @@
 """create / get / set / delete / exists / getChildren through kazoo, with the error codes
-each returns (ZooKeeper protocol §7)."""
+each returns (docs/client-protocol.md, "Operations")."""
 
 import pytest
 from kazoo.exceptions import (
@@ -201,7 +201,7 @@ def test_many_children_are_all_listed(zk, base):
 def test_invalid_paths_are_rejected_with_bad_arguments(zk, base):
     # kazoo normalises paths itself, so these go out as raw create requests: a '.' or
     # '..' component, a trailing '/', and a control character all fail full path
-    # validation (§7.1) once the parent is found.
+    # validation (docs/client-protocol.md, "Paths") once the parent is found.
     zk.create(f"{base}/p", b"")
     for bad in (f"{base}/p/.", f"{base}/p/..", f"{base}/p/", f"{base}/p/a\u0001b"):
         with pytest.raises(BadArgumentsError):

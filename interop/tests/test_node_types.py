@@ -1,6 +1,7 @@
 """Every create mode: ephemeral, sequential, ephemeral-sequential, container (op 19) and TTL
 (op 21, when the server runs with zookeeper.extendedTypesEnabled=true), including the
-container and TTL reaper when INTEROP_CONTAINER_REAPER=1 (protocol §8.3-8.6)."""
+container and TTL reaper when INTEROP_CONTAINER_REAPER=1 (docs/client-protocol.md, "Create
+modes" to "TTL nodes")."""
 
 import re
 import threading
@@ -56,7 +57,7 @@ def test_sequential_names_have_ten_digit_increasing_suffixes(zk, base):
 
 def test_sequence_counter_is_per_parent_and_counts_every_child(zk, base):
     # The suffix is the parent's count of child creations so far, sequential or not
-    # (§8.4), and deletions do not lower it.
+    # (docs/client-protocol.md, "Sequential names"), and deletions do not lower it.
     zk.create(f"{base}/plain", b"")
     zk.delete(f"{base}/plain")
     zk.create(f"{base}/other", b"")
@@ -103,14 +104,16 @@ def test_get_ephemerals_lists_only_this_sessions_nodes(zk, zk2, base):
     zk.create(f"{base}/persistent", b"")
     assert sorted(call(zk, GetEphemerals(base))) == sorted(mine)
     assert call(zk2, GetEphemerals(base)) == [f"{base}/theirs"]
-    # The prefix is a plain string prefix, not a path (§7.10).
+    # The prefix is a plain string prefix, not a path (docs/client-protocol.md,
+    # "getEphemerals, getAllChildrenNumber, whoAmI").
     assert call(zk, GetEphemerals(f"{base}/e1")) == [f"{base}/e1"]
 
 
 def test_container_node_is_created_with_op_19(zk, base):
     path, stat = call(zk, CreateContainer(f"{base}/c", b"data", OPEN_ACL_UNSAFE))
     assert path == f"{base}/c"
-    # Containers are reported with ephemeralOwner 0 (§8.1).
+    # Containers are reported with ephemeralOwner 0 (docs/client-protocol.md, "Stat
+    # fields").
     assert stat.ephemeralOwner == 0
     assert stat.dataLength == 4
     zk.create(f"{base}/c/child", b"")
@@ -143,7 +146,7 @@ def test_ttl_out_of_range_raises_bad_arguments(zk, base):
 @requires_ttl
 def test_ttl_modes_need_the_ttl_opcode(zk, base):
     # A TTL mode via plain create (op 1), and a non-TTL mode via createTTL, are both
-    # rejected (§7.2 step 2).
+    # rejected (docs/client-protocol.md, "create", step 2).
     with pytest.raises(BadArgumentsError):
         call(zk, CreateWithFlags(f"{base}/t", b"", OPEN_ACL_UNSAFE, 5))
     with pytest.raises(BadArgumentsError):

@@ -1,6 +1,7 @@
 """Server-level behaviour a client can see: four-letter words (the runner whitelists all of
 them with 4lw.commands.whitelist=*), getAllChildrenNumber, and how the server treats
-requests it cannot accept (protocol §14, §7.10, §5)."""
+requests it cannot accept (docs/client-protocol.md: "Four-letter words",
+"getEphemerals, getAllChildrenNumber, whoAmI", "Opcodes")."""
 
 import socket
 
@@ -119,7 +120,8 @@ def test_get_all_children_number_counts_descendants(zk, base):
 
 def test_unknown_four_letter_word_closes_the_connection(zk):
     # A frame whose length field spells a word the server does not know ("xxxx") is an
-    # absurd length; the server closes the connection without a reply (§14.1).
+    # absurd length; the server closes the connection without a reply
+    # (docs/client-protocol.md, "How a four-letter word is sent").
     with socket.create_connection((HOST, PORT), timeout=10) as s:
         s.sendall(b"xxxx")
         s.settimeout(10)
@@ -146,7 +148,8 @@ def test_reply_zxid_tracks_the_last_write(zk, base):
     with RawSession(HOST, PORT) as raw:
         _, stat = zk.create(f"{base}/n", b"", include_data=True)
         header, _ = raw.call(1, GetData(f"{base}/n", False))
-        # A read's reply carries the server's last processed zxid (§4.4).
+        # A read's reply carries the server's last processed zxid
+        # (docs/client-protocol.md, "The zxid in replies").
         assert header.err == 0
         assert header.zxid >= stat.czxid
         header, _ = raw.call(2, GetData(f"{base}/missing", False))

@@ -1,7 +1,7 @@
 """Sessions: ephemerals living and dying with their session, expiry (forced the way kazoo's
 harness did it, by timeout while partitioned, and by silence), reconnecting to the same
 session, timeout negotiation, the session password, sync, and the packet size limit
-(protocol §3, §2.2, §15.3).
+(docs/client-protocol.md: "Sessions", "Frame size limit", "The sync barrier").
 
 Connections are cut with a TCP proxy (tests/proxy.py) and a few checks speak the protocol
 directly (zkraw.py, built on kazoo's record codecs) where kazoo hides what the server said.
@@ -102,7 +102,8 @@ def test_expired_session_cannot_be_resumed(new_client):
     session_id, password = client.client_id
     expire_session(client)
     with RawSession(HOST, PORT, session_id=session_id, passwd=password) as raw:
-        # An invalid session gets timeOut 0, sessionId 0 and a zero password (§3.5).
+        # An invalid session gets timeOut 0, sessionId 0 and a zero password
+        # (docs/client-protocol.md, "Resuming a session").
         assert raw.response.time_out == 0
         assert raw.response.session_id == 0
         assert raw.response.passwd == b"\x00" * 16
@@ -121,7 +122,8 @@ def test_wrong_password_is_refused_and_the_owner_keeps_its_session(new_client, b
     with RawSession(HOST, PORT, session_id=session_id, passwd=bad) as raw:
         assert raw.response.time_out == 0
         assert raw.response.session_id == 0
-    # The attempt closed the owner's connection (§3.5 step 1); the owner reconnects to
+    # The attempt closed the owner's connection (docs/client-protocol.md, "Resuming a
+    # session", step 1); the owner reconnects to
     # the same session, which is still alive.
     states.wait_state(KazooState.SUSPENDED, "the owner's connection to be cut")
     states.wait_state(
@@ -207,7 +209,8 @@ def test_silent_session_expires_after_its_timeout_not_before(new_client, base):
         last_packet = time.monotonic()
         wait_event(gone, "the silent session to expire")
         waited_ms = (time.monotonic() - last_packet) * 1000
-        # Never early; ZooKeeper acts between T and T + tickTime (§3.9).
+        # Never early; ZooKeeper acts between T and T + tickTime
+        # (docs/client-protocol.md, "Session expiry").
         assert waited_ms >= timeout_ms * 0.9, f"expired after {waited_ms:.0f} ms"
         assert raw.is_closed_by_server(), "the expired session's connection must be closed"
     finally:
@@ -264,7 +267,7 @@ def test_sync_returns_the_path_and_orders_reads(zk, zk2, base):
     zk2.set(f"{base}/n", b"1")
     assert zk.sync(f"{base}/n") == f"{base}/n"
     assert zk.get(f"{base}/n")[0] == b"1"
-    # sync does not care whether the path exists (§7.9).
+    # sync does not care whether the path exists (docs/client-protocol.md, "sync").
     assert zk.sync(f"{base}/does-not-exist") == f"{base}/does-not-exist"
 
 
@@ -275,7 +278,7 @@ def test_oversized_request_drops_the_connection_not_the_session(new_client, base
     states = StateRecorder()
     client.add_listener(states)
     # A frame longer than jute.maxbuffer (1,048,575 bytes) makes the server close the
-    # connection without a reply (§2.2).
+    # connection without a reply (docs/client-protocol.md, "Frame size limit").
     with pytest.raises(ConnectionLoss):
         client.create(f"{base}/huge", b"x" * 1_048_576)
     states.wait_state(KazooState.SUSPENDED, "the server to drop the connection")

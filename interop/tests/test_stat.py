@@ -1,6 +1,6 @@
-"""The Stat record after each kind of write: which fields change and which stay (protocol
-§8.1). Zxids are compared with each other, never with fixed numbers, so the checks hold on
-any server whatever its history."""
+"""The Stat record after each kind of write: which fields change and which stay
+(docs/client-protocol.md, "Stat fields"). Zxids are compared with each other, never with
+fixed numbers, so the checks hold on any server whatever its history."""
 
 import time
 
@@ -76,7 +76,8 @@ def test_child_delete_counts_in_cversion_and_moves_pzxid(zk, base):
     _, child = zk.create(f"{base}/p/c", b"", include_data=True)
     zk.delete(f"{base}/p/c")
     after = zk.exists(f"{base}/p")
-    # cversion counts creates plus deletes (§8.1): 1 + 1.
+    # cversion counts creates plus deletes (docs/client-protocol.md, "Stat fields"):
+    # 1 + 1.
     assert after.cversion == 2
     assert after.numChildren == 0
     assert after.pzxid > child.czxid
@@ -156,7 +157,8 @@ def test_builtin_zookeeper_nodes(zk):
     children = zk.get_children("/")
     assert "zookeeper" in children
     assert {"quota", "config"} <= set(zk.get_children("/zookeeper"))
-    # /zookeeper/config is readable by anyone, writable by nobody (READ only, §8.2),
+    # /zookeeper/config is readable by anyone, writable by nobody (READ only:
+    # docs/client-protocol.md, "The initial tree"),
     # empty on a standalone server and the membership on an ensemble.
     data, stat = zk.get("/zookeeper/config")
     assert data == expected_config_znode()

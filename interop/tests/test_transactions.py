@@ -1,6 +1,6 @@
 """multi (op 14) through kazoo's transaction(): check / create / delete / set_data, the
 results of a committed transaction, and the all-or-nothing results of a failed one
-(protocol §11)."""
+(docs/client-protocol.md, "multi and multiRead")."""
 
 from kazoo.exceptions import (
     BadVersionError,
@@ -46,7 +46,7 @@ def test_failed_check_rolls_back_everything(zk, base):
     t.set_data(f"{base}/data", b"never")
     results = t.commit()
     # Earlier ops report "rolled back", the failing op its own error, later ops
-    # "runtime inconsistency" (§11.3).
+    # "runtime inconsistency" (docs/client-protocol.md, "Result layout").
     assert kinds(results) == [RolledBackError, BadVersionError, RuntimeInconsistency]
     assert zk.exists(f"{base}/new") is None
     data, stat = zk.get(f"{base}/data")

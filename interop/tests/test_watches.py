@@ -1,5 +1,5 @@
 """One-shot watches set by get / exists / get_children, and kazoo's DataWatch and
-ChildrenWatch recipes (protocol §10).
+ChildrenWatch recipes (docs/client-protocol.md, "Watches").
 
 To show that a watch did *not* fire, a test arms a second "sentinel" watch on another node
 and triggers it after the operation under test. The server sends notifications in
@@ -144,7 +144,7 @@ def test_set_acl_fires_no_watch(zk, zk2, base):
 
 def test_create_fires_node_created_before_parent_child_event(zk, zk2, base):
     # One transaction's events come in a fixed order: the node's own event, then the
-    # parent's NodeChildrenChanged (§10.3).
+    # parent's NodeChildrenChanged (docs/client-protocol.md, "What fires what").
     rec = Recorder()
     zk.exists(f"{base}/n", watch=rec)
     zk.get_children(base, watch=rec)

@@ -1,7 +1,7 @@
 //! The AdminServer and the Prometheus endpoint through the `rzk` binary
-//! (issue 16, items 1 and 2): ZooKeeper's paths, names and types, and the same
-//! numbers as `mntr` (one stats snapshot behind all three). The comparison of
-//! every command's JSON keys with Apache ZooKeeper 3.8's AdminServer is
+//! ZooKeeper's paths, names and types, and the same numbers as `mntr` (one
+//! stats snapshot behind all three). The comparison of every command's JSON
+//! keys with Apache ZooKeeper 3.8's AdminServer is
 //! `admin_json_keys_match_apache_zookeeper` (ignored here; run by
 //! `.ci/stages/45-ops.sh`).
 mod support;

@@ -1,4 +1,4 @@
-//! Issue 15, the defect: idle sessions must not hold request permits.
+//! The defect this pins: idle sessions must not hold request permits.
 //!
 //! `globalOutstandingLimit` counts requests in flight, never connections (as
 //! ZooKeeper's does). A server that took its permit before reading made every

@@ -1,7 +1,7 @@
-//! The `rzk` binary's log as an operator reads it (issue 16, item 4): no colour
-//! codes when stderr is a file, `--log-format json` gives one JSON object per
-//! line, and at `info` there is one line per session opened, closed or expired
-//! and nothing per request.
+//! The `rzk` binary's log as an operator reads it: no colour codes when stderr
+//! is a file, `--log-format json` gives one JSON object per line, and at `info`
+//! there is one line per session opened, closed or expired and nothing per
+//! request.
 mod support;
 
 use rzk_testkit::ports::{reserve, Port};

@@ -1,5 +1,5 @@
-//! Observers (issue 12) with real `rzk` processes on loopback: three voters
-//! and two observers (`:observer` lines, `peerType=observer`), clients of the
+//! Observers with real `rzk` processes on loopback: three voters and two
+//! observers (`:observer` lines, `peerType=observer`), clients of the
 //! `zookeeper-client` crate.
 //!
 //! - Under a write load (sessions on the voters and on the observers, whose
@@ -531,13 +531,13 @@ async fn follows(ens: &Ensemble, o: usize, what: &str, ok: impl Fn(u64) -> bool)
     }
 }
 
-/// `observerMasterPort` (issue 12), the issue's layout: three voters that
-/// serve observers on their observer-master ports, one observer whose zoo.cfg
-/// names those ports (it follows a follower's relay) and one whose zoo.cfg has
-/// none (it follows the leader), asserted from each observer's `mntr`
-/// `observer_master_id` and the follower's `synced_observers`. Under a write
-/// load with chain readers on both observers, the follower that serves the
-/// first observer is killed with SIGKILL and started again: that observer
+/// `observerMasterPort`, both ways an observer finds its master: three voters
+/// that serve observers on their observer-master ports, one observer whose
+/// zoo.cfg names those ports (it follows a follower's relay) and one whose
+/// zoo.cfg has none (it follows the leader), asserted from each observer's
+/// `mntr` `observer_master_id` and the follower's `synced_observers`. Under a
+/// write load with chain readers on both observers, the follower that serves
+/// the first observer is killed with SIGKILL and started again: that observer
 /// moves on (another follower or the leader) and resyncs while writes are in
 /// flight, without a gap; the other stays on the leader; both end with exactly
 /// the leader's data.

@@ -1,9 +1,9 @@
-//! sslQuorum (issue 16): the quorum port speaks mutual TLS. An ensemble whose
-//! members all present certificates of the ensemble's CA elects, commits and
-//! serves reads through every member; a member without TLS, or with a
-//! certificate of another CA, is refused (one log line) and can neither join
-//! nor vote while the others keep serving; a store that does not load stops
-//! the start with an error naming it.
+//! sslQuorum: the quorum port speaks mutual TLS. An ensemble whose members all
+//! present certificates of the ensemble's CA elects, commits and serves reads
+//! through every member; a member without TLS, or with a certificate of another
+//! CA, is refused (one log line) and can neither join nor vote while the others
+//! keep serving; a store that does not load stops the start with an error
+//! naming it.
 //!
 //! Members run inside the test process on 127.0.0.1, ports from binding port 0.
 //! Certificates are made here with rcgen.

@@ -1,7 +1,7 @@
-//! Replication metrics (issue 16): ZooKeeper 3.8's `ServerMetrics` names for
-//! elections, learner syncs, fsyncs and snapshots, and rzk's own, move when
-//! their event happens, in `mntr`, in the Prometheus `/metrics` and in the
-//! AdminServer (`monitor`, `last_snapshot`).
+//! Replication metrics: ZooKeeper 3.8's `ServerMetrics` names for elections,
+//! learner syncs, fsyncs and snapshots, and rzk's own, move when their event
+//! happens, in `mntr`, in the Prometheus `/metrics` and in the AdminServer
+//! (`monitor`, `last_snapshot`).
 mod support;
 
 use std::time::{Duration, Instant};

@@ -1,10 +1,10 @@
-//! Restart and snapshots (issue 15): a server that replays its log at start-up
-//! does not begin a snapshot before it serves (the replay, and so the first
-//! answered read, is not slowed by serialising the tree beside it), and
-//! begins the snapshot that is due with the first write once it serves.
-//! The newest snapshot is loaded while the log is recovered, from the pass
-//! that checks its checksum; one whose checksum fails is never loaded: the
-//! member falls back to the snapshot before it and the log after that.
+//! Restart and snapshots: a server that replays its log at start-up does not
+//! begin a snapshot before it serves (the replay, and so the first answered
+//! read, is not slowed by serialising the tree beside it), and begins the
+//! snapshot that is due with the first write once it serves. The newest
+//! snapshot is loaded while the log is recovered, from the pass that checks its
+//! checksum; one whose checksum fails is never loaded: the member falls back to
+//! the snapshot before it and the log after that.
 mod support;
 
 use rzk_testkit::ports::{reserve, Port};

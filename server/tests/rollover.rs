@@ -1,7 +1,8 @@
-//! Epoch rollover in the running server (I3, zab-protocol.md §6.2, seed
-//! `zxid-epoch-rollover.txt`): with `rzk.zxid.counterLimit` low, the leader
-//! rolls to the next epoch every few dozen writes, and clients see nothing
-//! but larger zxids: no error, no lost connection, no election.
+//! Epoch rollover in the running server (I3; docs/zab.md, "Rollover without an
+//! election"; the rollover failure of ARCHITECTURE.md, "The four failures"):
+//! with `rzk.zxid.counterLimit` low, the leader rolls to the next epoch every
+//! few dozen writes, and clients see nothing but larger zxids: no error, no
+//! lost connection, no election.
 //!
 //! In-process members (real gRPC between them on loopback) and an
 //! independent client, the `zookeeper-client` crate.
@@ -86,12 +87,12 @@ async fn an_ensemble_rolls_over_twenty_epochs_without_election_or_client_error()
     e.stop_all().await;
 }
 
-/// Standalone is an ensemble of one (DESIGN.md): it rolls over the same way.
-/// 32 sessions write across 10 rollovers, the server restarts (the sessions
-/// wait, connected, and reconnect), and they write across 10 more: no
-/// operation fails, each session loses its connection once (the restart)
-/// and never otherwise, zxids only grow on every session across the restart,
-/// and every acknowledged write is there. One election per start.
+/// Standalone is an ensemble of one: it rolls over the same way. 32 sessions
+/// write across 10 rollovers, the server restarts (the sessions wait,
+/// connected, and reconnect), and they write across 10 more: no operation
+/// fails, each session loses its connection once (the restart) and never
+/// otherwise, zxids only grow on every session across the restart, and every
+/// acknowledged write is there. One election per start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_rolls_over_across_a_restart_without_client_error() {
     let dir = tempfile::tempdir().unwrap();
@@ -130,11 +131,12 @@ async fn standalone_rolls_over_across_a_restart_without_client_error() {
     server.stop().await;
 }
 
-/// ZooKeeper's rule across the boundary (doc §3.6): a member refuses a client
-/// that has seen a later zxid than it has applied, and the client tries
-/// another. A session that claims the first zxid of the next epoch is refused
-/// by every member while the ensemble is still in this epoch, and accepted by
-/// each once it has applied the rollover; its next write gets a larger zxid.
+/// ZooKeeper's rule across the boundary (docs/client-protocol.md, "Clients that
+/// are ahead"): a member refuses a client that has seen a later zxid than it
+/// has applied, and the client tries another. A session that claims the first
+/// zxid of the next epoch is refused by every member while the ensemble is
+/// still in this epoch, and accepted by each once it has applied the rollover;
+/// its next write gets a larger zxid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_ahead_of_a_member_across_the_rollover_is_refused_until_the_member_applies_it() {
     use rzk_wire::client::Incoming;

@@ -1,9 +1,10 @@
-//! Epoch rollover (I3, zab-protocol.md §6.2) with three `rzk` processes on
-//! loopback and an independent client (the `zookeeper-client` crate, 32
-//! sessions spread over all members): the leader rolls over many times with
-//! no election and no client error; and kill -9 of the leader at the two
-//! riskiest steps of a rollover, after which every acknowledged write is on
-//! every member and every session's zxids still only grow.
+//! Epoch rollover (I3; docs/zab.md, "Rollover without an election") with three
+//! `rzk` processes on loopback and an independent client (the
+//! `zookeeper-client` crate, 32 sessions spread over all members): the leader
+//! rolls over many times with no election and no client error; and kill -9 of
+//! the leader at the two riskiest steps of a rollover, after which every
+//! acknowledged write is on every member and every session's zxids still only
+//! grow.
 //!
 //! The two crash points, and why they are the riskiest:
 //! - **A: the rollover proposal R = (e, limit) is durable and fenced on the
@@ -13,8 +14,8 @@
 //!   member's fenced epoch is reused by another leader. When the old leader
 //!   comes back it must throw R away (TRUNC) under a leader whose epoch equals
 //!   its own acceptedEpoch, and R must be nowhere. Three writes sent right
-//!   after R must have been held in the leader's memory (never written before
-//!   R commits, §6.2 step 4): were they written, the old leader would return
+//!   after R must have been held in the leader's memory (never written before R
+//!   commits, step 4 there): were they written, the old leader would return
 //!   with zxids of epoch e+1 that the new leader gave to other txns.
 //! - **B: R has committed and the leader has begun writing epoch e+1** (its
 //!   durable log is past R when it dies). A quorum has fenced e+1, so the next
@@ -250,10 +251,10 @@ async fn kill_9_of_the_leader_at_the_two_riskiest_rollover_steps_loses_nothing()
     for f in &followers {
         ens.members[*f].pause();
     }
-    // R and three writes of the next epoch behind it, sent in this order on
-    // one session (the client sends each request when it is called): the
-    // leader must hold the three in memory until R commits (§6.2 step 4), so
-    // they die with it.
+    // R and three writes of the next epoch behind it, sent in this order on one
+    // session (the client sends each request when it is called): the leader
+    // must hold the three in memory until R commits (docs/zab.md, "Rollover
+    // without an election", step 4), so they die with it.
     let pending = {
         let probe = probe.clone();
         tokio::spawn(async move {

@@ -49,7 +49,8 @@ async fn resume_with_password_and_reject_wrong_or_expired() {
         "the older connection of the session is closed"
     );
     // A wrong password gets the invalid-session answer and a close; it also
-    // kills the live connection (doc §3.5 step 1).
+    // kills the live connection (docs/client-protocol.md, "Resuming a session",
+    // step 1).
     let mut bad = req.clone();
     bad.passwd = vec![1u8; 16].into();
     let mut c = Raw::open(server.addr, bad).await;

@@ -1,5 +1,5 @@
-//! Issue 11: a leader's SNAP transfer outlives the snapshots the leader saves
-//! while it runs, with three real `rzk` processes.
+//! A leader's SNAP transfer outlives the snapshots the leader saves while it
+//! runs, with three real `rzk` processes.
 //!
 //! The quorum core keeps the log a transfer still reads (`hold_after`,
 //! `Wal::purge_holding`) and forgets only what storage really purged, so a

@@ -1,9 +1,9 @@
-//! Issue 11 item 6: a follower joins, by SNAP, a leader holding 1M znodes of
-//! 128 B (about 200 MB of state), with real `rzk` processes. The leader streams
-//! its snapshot file in bounded chunks and the follower writes them to a file
-//! and loads its tree while reading that file, so neither side holds the state
-//! twice more in memory. This measurement prints the peak RSS of both during
-//! the sync (run by hand, release build, about two minutes):
+//! A follower joins, by SNAP, a leader holding 1M znodes of 128 B (about 200 MB
+//! of state), with real `rzk` processes. The leader streams its snapshot file
+//! in bounded chunks and the follower writes them to a file and loads its tree
+//! while reading that file, so neither side holds the state twice more in
+//! memory. This measurement prints the peak RSS of both during the sync (run by
+//! hand, release build, about two minutes):
 //!
 //! `cargo test -p rzk-server --release --test snap_sync_rss -- --ignored --nocapture`
 //!

@@ -1,10 +1,9 @@
-//! The secure client port (issue 16, item 3) through the `rzk` binary and a
-//! zoo.cfg: the Rust `zookeeper-client` over TLS with a client certificate,
-//! the `x509` scheme from that certificate, refusals (plaintext on the secure
-//! port, an untrusted certificate, no certificate under `ssl.clientAuth=need`)
-//! each with a log line while other sessions are served, and
-//! `client.certReload`. Certificates are made here with rcgen; no key is
-//! checked in.
+//! The secure client port through the `rzk` binary and a zoo.cfg: the Rust
+//! `zookeeper-client` over TLS with a client certificate, the `x509` scheme
+//! from that certificate, refusals (plaintext on the secure port, an untrusted
+//! certificate, no certificate under `ssl.clientAuth=need`) each with a log
+//! line while other sessions are served, and `client.certReload`. Certificates
+//! are made here with rcgen; no key is checked in.
 mod support;
 
 use rzk_testkit::ports::{reserve, Port};
