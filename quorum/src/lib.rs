@@ -13,10 +13,10 @@
 //!
 //! Around it: [`driver::ZabReplicator`] runs a peer on tokio and implements
 //! [`Replicator`]; [`transport`] has the [`transport::Transport`] trait and an
-//! in-memory network; [`grpc`] the tonic transport; [`storage`] the storage
-//! trait the driver needs, implemented on `rzk-wal` by [`wal_storage::WalStorage`].
-//! Standalone is an ensemble of one: a [`ZabReplicator`] with a single voter
-//! (DESIGN.md: no second code path).
+//! in-memory network; [`grpc`] the tonic transport; [`storage`] the storage trait
+//! the driver needs, implemented on `rzk-wal` by [`wal_storage::WalStorage`].
+//! Standalone is an ensemble of one: a [`ZabReplicator`] with a single voter (no
+//! second code path: ARCHITECTURE.md, "Crates").
 //!
 //! ```
 //! use rzk_quorum::core::{Config, Input, Output, Peer, Recovered, Tick};

@@ -1,11 +1,11 @@
 //! The messages peers exchange: election notifications and the leader–learner
 //! session stream (discovery, synchronisation, broadcast).
 //!
-//! The names follow ZooKeeper's quorum packets (zab-protocol.md §3.1) so a reader
-//! who knows ZAB recognises them; the encoding is ours (protobuf over gRPC, or
-//! plain values in memory). Unlike ZooKeeper there are no counter-0 marker zxids:
-//! the NEWLEADER acknowledgement is its own message, so no ACK is ever confused
-//! with another (ZOOKEEPER-4685).
+//! The names follow ZooKeeper's quorum packets (docs/zab.md, "Messages") so a
+//! reader who knows ZAB recognises them; the encoding is ours (protobuf over
+//! gRPC, or plain values in memory). Unlike ZooKeeper there are no counter-0
+//! marker zxids: the NEWLEADER acknowledgement is its own message, so no ACK is
+//! ever confused with another (ZOOKEEPER-4685).
 
 use bytes::Bytes;
 use rzk_zxid::{Epoch, Zxid};
@@ -57,8 +57,8 @@ pub struct Vote {
 }
 
 impl Vote {
-    /// The total order of votes (zab-protocol.md §2.4): currentEpoch first, then
-    /// zxid, then server id.
+    /// The total order of votes (docs/zab.md, "Votes and their order"):
+    /// currentEpoch first, then zxid, then server id.
     pub fn beats(&self, other: &Vote) -> bool {
         (self.peer_epoch, self.zxid, self.leader) > (other.peer_epoch, other.zxid, other.leader)
     }
@@ -88,7 +88,8 @@ pub enum LearnerKind {
 /// Why a leader refused a learner's session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RejectReason {
-    /// The learner's history is more recent than the leader's (§3.3).
+    /// The learner's history is more recent than the leader's (docs/zab.md, "The
+    /// leader's side").
     AheadOfLeader,
     /// The peer is not (or no longer) leading.
     NotLeading,
@@ -190,7 +191,8 @@ pub enum SessionMsg {
         epoch: Epoch,
     },
     /// Leader → learner: the leader is established; `committed` is its commit point
-    /// (COMMIT-LD carries the latest committed zxid, zab-protocol.md §8.3).
+    /// (COMMIT-LD carries the latest committed zxid, as the model checking of the
+    /// Zab specification showed it must: docs/zab.md, "What the leader sends").
     UpToDate {
         /// The leader's commit point.
         committed: Zxid,
@@ -239,7 +241,7 @@ pub enum SessionMsg {
     },
     /// Observer → leader: from now on in this session the observer takes its
     /// committed transactions from an observer master (a follower's
-    /// `observerMasterPort`, issue 12); the leader sends it no more INFORMs.
+    /// `observerMasterPort`); the leader sends it no more INFORMs.
     /// The session stays for forwarding, pings and `sync`; when the relay ends
     /// the observer ends the session and syncs again.
     Relayed,

@@ -1,5 +1,5 @@
-//! Feeds an observer relay (`rzk-observer-master`'s [`RelayHub`]) from a
-//! peer's own outputs (issue 12, DESIGN I4).
+//! Feeds an observer relay (`rzk-observer-master`'s [`RelayHub`]) from a peer's
+//! own outputs (I4).
 //!
 //! While the peer serves (leader, or follower past UPTODATE), every `Append`
 //! is a proposal and every `Apply` a commit, in the order the core emitted
@@ -150,12 +150,11 @@ pub(crate) enum RelayEvent {
     Ended(String),
 }
 
-/// The observer's side (issue 12): while this peer is an up-to-date
-/// observer, a task follows a follower's observer master and hands its
-/// committed transactions to the core ([`crate::core::Input::Relayed`]).
-/// Without a master that answers it retries now and then, and meanwhile the
-/// leader's INFORMs carry the stream (ZooKeeper's observer falls back to the
-/// leader the same way).
+/// The observer's side: while this peer is an up-to-date observer, a task
+/// follows a follower's observer master and hands its committed transactions to
+/// the core ([`crate::core::Input::Relayed`]). Without a master that answers it
+/// retries now and then, and meanwhile the leader's INFORMs carry the stream
+/// (ZooKeeper's observer falls back to the leader the same way).
 pub(crate) struct RelayFollow {
     /// This observer's id.
     me: PeerId,

@@ -361,7 +361,7 @@ pub struct QuorumStats {
     /// Voting members of the ensemble (this peer included).
     pub voters: usize,
     /// On an observer: the voter whose observer master (`observerMasterPort`)
-    /// it follows now; `None` when it follows the leader (issue 12).
+    /// it follows now; `None` when it follows the leader.
     pub observer_master: Option<PeerId>,
     /// On a member serving observers on its `observerMasterPort`: the
     /// observers attached to its relay now, with the transactions queued for

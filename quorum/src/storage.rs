@@ -185,10 +185,11 @@ impl std::fmt::Debug for RecoveredLog {
 /// Resolves once the entries a [`DirectLog::append`] took are durable.
 pub type Durable = Pin<Box<dyn Future<Output = Result<(), StorageError>> + Send>>;
 
-/// Appends issued from the driver's task (issue 11's standalone regression:
-/// a group commit through the storage thread cost two thread wake-ups more,
-/// and the storage thread, blocked on one batch, held the next batch back
-/// from the log's group commit, which then synced smaller batches).
+/// Appends issued from the driver's task (a regression of standalone writes
+/// once standalone became an ensemble of one: a group commit through the
+/// storage thread cost two thread wake-ups more, and the storage thread,
+/// blocked on one batch, held the next batch back from the log's group commit,
+/// which then synced smaller batches).
 pub trait DirectLog: Send + 'static {
     /// Appends the front of `entries` in order, as [`StorageCmd::Append`]
     /// would, without waiting. Returns `None` when it took nothing, else a

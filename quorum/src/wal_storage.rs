@@ -60,7 +60,7 @@ pub struct WalStorage {
     /// records durable in order and stops for good at its first failure, so the
     /// last append resolving Ok means every one before it is durable; waiting on
     /// each would park this thread once per record as the log's writer resolves
-    /// them one by one (a futex wake per txn, issue 11's standalone regression).
+    /// them one by one (a futex wake per txn, which cost standalone writes).
     pending: Option<Append>,
     /// The last acceptedEpoch persisted, to skip rewriting the "from" file.
     written_from: Option<(Epoch, PeerId)>,

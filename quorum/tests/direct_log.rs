@@ -1,5 +1,5 @@
-//! The driver's direct appends ([`DirectLog`], issue 11): what it does when the
-//! log takes nothing, and when an append fails because the disk is full.
+//! The driver's direct appends ([`DirectLog`]): what it does when the log takes
+//! nothing, and when an append fails because the disk is full.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

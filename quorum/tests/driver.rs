@@ -365,10 +365,10 @@ async fn the_stream_says_up_to_date_after_the_synced_history() {
     }
 }
 
-/// Issue 11: the survivors of a leader whose connections are reset (a killed
-/// process) leave it at once. The sync limit here is a minute, longer than
-/// `wait_for`'s deadline, so only the transport's notice can elect the next
-/// leader in time (checked: without `MemNetwork::reset` this test times out).
+/// The survivors of a leader whose connections are reset (a killed process)
+/// leave it at once. The sync limit here is a minute, longer than `wait_for`'s
+/// deadline, so only the transport's notice can elect the next leader in time
+/// (checked: without `MemNetwork::reset` this test times out).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn survivors_of_a_reset_leader_elect_without_waiting_for_the_sync_limit() {
     let net = MemNetwork::new();

@@ -386,8 +386,8 @@ async fn connected_pair() -> (GrpcTransport, Inbox, GrpcTransport, Inbox) {
     (t1, inbox1, t2, inbox2)
 }
 
-/// Issue 11: a stream that ends reaches the core at once as `Disconnected`
-/// (here the dialing side goes away).
+/// A stream that ends reaches the core at once as `Disconnected` (here the
+/// dialing side goes away).
 #[tokio::test]
 async fn the_end_of_a_dialed_stream_is_reported_to_the_acceptor() {
     let (_t1, mut inbox1, t2, _inbox2) = connected_pair().await;

@@ -1,5 +1,5 @@
-//! Observers as non-voting members of the quorum (issue 12), with the real
-//! driver and the gRPC transport on 127.0.0.1: three voters and one observer.
+//! Observers as non-voting members of the quorum, with the real driver and the
+//! gRPC transport on 127.0.0.1: three voters and one observer.
 //!
 //! What each test pins, and how it was checked to fail (by hand, once):
 //! - `writes_reach_the_observer_in_order_and_it_is_not_a_voter`: the observer

@@ -1,9 +1,9 @@
-//! Observer relays fed by real drivers (issue 12): three ZabReplicators on the
-//! in-memory network, each feeding a RelayHub that an ObserverMaster serves
-//! over gRPC on 127.0.0.1. An observer follows a follower's relay (the leader's
-//! when no follower serves), checks every txn, and when its master is killed
-//! follows another member from where it stopped. Every write arrives, in
-//! order, exactly as the leader committed it.
+//! Observer relays fed by real drivers: three ZabReplicators on the in-memory
+//! network, each feeding a RelayHub that an ObserverMaster serves over gRPC on
+//! 127.0.0.1. An observer follows a follower's relay (the leader's when no
+//! follower serves), checks every txn, and when its master is killed follows
+//! another member from where it stopped. Every write arrives, in order, exactly
+//! as the leader committed it.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -468,11 +468,11 @@ fn failover_figures() {
     );
 }
 
-/// Issue 11: SNAP streams the leader's snapshot file in bounded chunks into a
-/// file on the learner, verified before it is installed; kill -9 of the learner
-/// in the middle leaves its previous durable state as it was (I2: the marker
-/// says the sync was interrupted, the log is untouched, nothing is installed),
-/// and the restarted learner syncs again and converges.
+/// SNAP streams the leader's snapshot file in bounded chunks into a file on the
+/// learner, verified before it is installed; kill -9 of the learner in the
+/// middle leaves its previous durable state as it was (I2: the marker says the
+/// sync was interrupted, the log is untouched, nothing is installed), and the
+/// restarted learner syncs again and converges.
 #[test]
 fn kill_9_learner_mid_snap_keeps_its_previous_state_then_rejoins() {
     let tmp: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();

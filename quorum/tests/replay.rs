@@ -1,8 +1,8 @@
-//! Issue 11: a restart streams its durable log (rzk-wal) through the core in
-//! bounded batches and into the commit stream through a bounded channel, so
-//! its memory is the window and a few batches, not the log after the
-//! snapshot; recovery's checks stay as they were (a torn tail is cut, a
-//! damaged record before it is an error).
+//! A restart streams its durable log (rzk-wal) through the core in bounded
+//! batches and into the commit stream through a bounded channel, so its memory
+//! is the window and a few batches, not the log after the snapshot; recovery's
+//! checks stay as they were (a torn tail is cut, a damaged record before it is
+//! an error).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -142,9 +142,9 @@ async fn commits_survive_a_restart_of_every_peer() {
     }
 }
 
-/// Issue 11: a leader whose in-memory window holds 4 entries serves a learner
-/// that is 60 entries behind from its durable log (`rzk-wal`'s reader, in
-/// reads of at most 3 entries), and the learner ends with every entry.
+/// A leader whose in-memory window holds 4 entries serves a learner that is 60
+/// entries behind from its durable log (`rzk-wal`'s reader, in reads of at most
+/// 3 entries), and the learner ends with every entry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_learner_behind_the_window_catches_up_from_the_leaders_log() {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();

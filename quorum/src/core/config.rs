@@ -39,7 +39,7 @@ pub struct Config {
     /// durable persists acceptedEpoch and currentEpoch = epoch(R)+1 before it
     /// acknowledges R, and no peer writes a proposal of the next epoch before it
     /// knows R committed. The leader carries on in the next epoch, counter 1,
-    /// without an election (I3; zab-protocol.md §6.2).
+    /// without an election (I3; docs/zab.md, "Rollover without an election").
     pub counter_limit: CounterLimit,
     /// The quiet period after a quorum agrees on a vote (ZooKeeper's finalizeWait).
     pub finalize_wait_ticks: u64,

@@ -1,4 +1,4 @@
-//! Fast leader election (zab-protocol.md §2).
+//! Fast leader election (docs/zab.md, "Leader election").
 
 use std::collections::BTreeMap;
 
@@ -162,8 +162,9 @@ impl Peer {
             // An observer asks only when it has no leader: a session this
             // leader still holds for it is over.
             self.leader_note_learner_left(from);
-            // §2.6/§2.7: an observer asking who leads gets this voter's current
-            // vote and state; its notification is never a vote.
+            // docs/zab.md, "Observers in elections": an observer asking who
+            // leads gets this voter's current vote and state; its notification
+            // is never a vote.
             let reply = self.current_notification();
             self.send(from, Message::Notification(reply));
             return;
@@ -197,8 +198,9 @@ impl Peer {
             self.leader_note_learner_left(from);
         }
         if !matches!(self.state, State::Looking(_)) {
-            // §2.6: a peer that is not looking answers a looking one with its
-            // current vote, so it can join.
+            // docs/zab.md, "Answering a looking peer": a peer that is not
+            // looking answers a looking one with its current vote, so it can
+            // join.
             if n.state == PeerState::Looking {
                 let reply = self.current_notification();
                 self.send(from, Message::Notification(reply));
@@ -213,10 +215,10 @@ impl Peer {
     }
 
     /// An observer follows the leader a quorum of voters reports as FOLLOWING or
-    /// LEADING, once the leader itself confirms it (§2.7: the `outofelection`
-    /// rule with checkLeader). It never answers a notification (the voters
-    /// answer it; two answering peers would echo forever) and its own vote is
-    /// never counted, here or anywhere.
+    /// LEADING, once the leader itself confirms it (the `outofelection` rule
+    /// with checkLeader: docs/zab.md, "Observers in elections"). It never
+    /// answers a notification (the voters answer it; two answering peers would
+    /// echo forever) and its own vote is never counted, here or anywhere.
     fn observer_on_notification(&mut self, from: PeerId, n: Notification) {
         if !self.is_voter(from) || !matches!(self.state, State::Looking(_)) {
             return;
@@ -336,8 +338,9 @@ impl Peer {
         // The finalize wait gives a better vote time to arrive. When every voter
         // that can still answer has answered with this very vote, none can: the
         // rest are peers whose connection is known to be gone (a leader that
-        // just died). Deciding now saves the wait (§2.5's finalizeWait exists
-        // for votes still in flight, and there are none).
+        // just died). Deciding now saves the wait (finalizeWait exists for votes
+        // still in flight, and there are none: docs/zab.md, "The election
+        // loop").
         let settled = voters
             .iter()
             .all(|p| e.recv.get(p) == Some(&e.vote) || down.contains(p));

@@ -94,7 +94,7 @@ pub enum ReadData {
     Log(Vec<Entry>),
 }
 
-/// A peer's persisted epochs (zab-protocol.md §1.2).
+/// A peer's persisted epochs (docs/zab.md, "Two persisted epochs").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Epochs {
     /// The highest epoch this peer promised to follow.
@@ -154,7 +154,8 @@ pub enum StorageCmd {
     EndSync,
 }
 
-/// The mode of a learner synchronisation (zab-protocol.md §4.2).
+/// The mode of a learner synchronisation (docs/zab.md, "Choosing DIFF, TRUNC or
+/// SNAP").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SyncMode {
     /// Append what the learner lacks.
@@ -255,11 +256,11 @@ pub enum Input {
         /// The refused command.
         op: OpId,
     },
-    /// Observers (issue 12): the driver follows an observer master (a
-    /// follower's `observerMasterPort`) from this peer's applied zxid. From
-    /// now on in this learner session the committed stream is
-    /// [`Input::Relayed`]; the leader is told (RELAYED) and sends no more
-    /// INFORMs. Ignored unless this peer is an up-to-date observer.
+    /// Observers: the driver follows an observer master (a follower's
+    /// `observerMasterPort`) from this peer's applied zxid. From now on in this
+    /// learner session the committed stream is [`Input::Relayed`]; the leader
+    /// is told (RELAYED) and sends no more INFORMs. Ignored unless this peer is
+    /// an up-to-date observer.
     RelayAttached,
     /// Committed transactions from the observer master, `prev` the zxid the
     /// master relayed them after. What this peer already has is dropped (the
@@ -402,7 +403,8 @@ pub enum Refusal {
         /// The epoch required.
         expected: Epoch,
     },
-    /// The learner's history is more recent than this leader's (§3.3).
+    /// The learner's history is more recent than this leader's (docs/zab.md,
+    /// "The leader's side").
     AheadOfLeader,
     /// It claims history the stream never carried, breaks contiguity, or cuts
     /// below what is known committed.

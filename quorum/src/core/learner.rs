@@ -1,5 +1,6 @@
-//! The learner (follower): discovery (§3.2), synchronisation (§4.6–4.8) and
-//! broadcast (§5.3).
+//! The learner (follower): discovery, synchronisation and broadcast;
+//! docs/zab.md describes each ("The learner's side", "What the learner does",
+//! "NEWLEADER: what must be durable before the ACK", "The follower").
 
 use std::collections::BTreeSet;
 
@@ -66,8 +67,8 @@ pub(crate) struct Learner {
     /// storage refuses the snapshot), so nothing is written after a refused
     /// install.
     pending_new_leader: Option<Epoch>,
-    /// An observer whose committed stream comes from an observer master in
-    /// this session (issue 12): INFORMs from the leader are ignored.
+    /// An observer whose committed stream comes from an observer master in this
+    /// session: INFORMs from the leader are ignored.
     relayed: bool,
 }
 
@@ -274,10 +275,11 @@ impl Peer {
     fn learner_on_leader_info(&mut self, epoch: Epoch, established: bool) {
         let leader = self.fl_ref().leader;
         let ep = self.written_epochs;
-        // §3.2, stricter: the same epoch is accepted again from another leader
-        // only if that leader is already established (this peer joins late and
-        // is not counted towards establishing it). Otherwise two leaders could
-        // both count this peer for one epoch.
+        // docs/zab.md, "The learner's side", stricter: the same epoch is
+        // accepted again from another leader only if that leader is already
+        // established (this peer joins late and is not counted towards
+        // establishing it). Otherwise two leaders could both count this peer
+        // for one epoch.
         let same_epoch_ok = ep.accepted_from == Some(leader) || established;
         if epoch < ep.accepted || (epoch == ep.accepted && !same_epoch_ok) {
             // An offer of an old epoch (or of this one from a leader it was not
@@ -295,7 +297,8 @@ impl Peer {
             let mut next = ep;
             next.accepted = epoch;
             next.accepted_from = Some(leader);
-            // §1.3: acceptedEpoch is persisted before ACKEPOCH is sent.
+            // acceptedEpoch is persisted before ACKEPOCH is sent (docs/zab.md,
+            // "When each epoch is written").
             self.save_epochs(next, None);
         }
         self.learner_try_ack_epoch();

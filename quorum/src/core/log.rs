@@ -48,7 +48,8 @@ impl Peer {
     }
 
     /// Emits entries for writing, holding back those of an epoch after an
-    /// uncommitted rollover proposal (I3, §6.2 step 4).
+    /// uncommitted rollover proposal (I3; docs/zab.md, "Rollover without an
+    /// election", step 4).
     pub(super) fn write_entries(&mut self, entries: impl IntoIterator<Item = Entry>) {
         self.blocked.extend(entries);
         self.flush_blocked();
@@ -83,7 +84,8 @@ impl Peer {
             batch.push(e);
             if zxid.is_last_with(self.cfg.counter_limit) {
                 // R ends its own append, and the fence follows it, so "R durable
-                // and fenced" is one point in the storage order (§6.2 step 3).
+                // and fenced" is one point in the storage order (docs/zab.md,
+                // "Rollover without an election", step 3).
                 self.issue_append(std::mem::take(&mut batch), true);
                 self.issue_fence(zxid);
                 if self.commit_known < zxid {

@@ -21,8 +21,8 @@
 //!   every proposal it received before NEWLEADER is durable, and acknowledges
 //!   NEWLEADER only after that (ZOOKEEPER-3911, 4643, 4646, 4785); it sends no ACK
 //!   before its NEWLEADER ACK (ZOOKEEPER-4685).
-//! - **I3, epoch rollover without election** (zab-protocol.md §6.2): see
-//!   [`Config::counter_limit`].
+//! - **I3, epoch rollover without election** (docs/zab.md, "Rollover without an
+//!   election"): see [`Config::counter_limit`].
 
 mod config;
 mod durable;
@@ -408,7 +408,7 @@ impl Peer {
     /// DIFF from disk): storage that honours it
     /// ([`crate::storage::Storage::commit_snapshot`]'s `hold_after`) keeps
     /// the log after it when it purges, so the sync is never cut short by
-    /// snapshots saved meanwhile (issue 11). `None`: nothing is read.
+    /// snapshots saved meanwhile. `None`: nothing is read.
     pub fn log_needed_after(&self) -> Option<Zxid> {
         match &self.state {
             State::Leading(l) => l.log_needed_after(),

@@ -158,7 +158,8 @@ fn ackepoch_waits_for_accepted_epoch_to_be_durable() {
             established: false,
         }),
     );
-    // §1.3: acceptedEpoch is persisted first; nothing is sent yet.
+    // acceptedEpoch is persisted first; nothing is sent yet (docs/zab.md, "When
+    // each epoch is written").
     assert_eq!(
         out,
         vec![storage(
@@ -390,8 +391,9 @@ fn a_sequence_gap_ends_the_session() {
     )));
 }
 
-/// I3 / §6.2: R is fenced (acceptedEpoch) before it is acknowledged, and the
-/// next epoch's proposals are not written before R commits.
+/// I3 (docs/zab.md, "Rollover without an election"): R is fenced
+/// (acceptedEpoch) before it is acknowledged, and the next epoch's proposals
+/// are not written before R commits.
 #[test]
 fn rollover_fences_then_blocks_the_next_epoch() {
     let mut c = cfg(1);
@@ -1421,10 +1423,10 @@ fn observer_info() -> SessionMsg {
     }
 }
 
-/// Issue 12: an observer is synchronised by an established leader, never
-/// counts towards a proposal's quorum (its ACK alone with the leader's would
-/// be two of four members, a majority of nothing), and receives committed
-/// transactions only, as INFORM, with the committed zxid they follow.
+/// An observer is synchronised by an established leader, never counts towards a
+/// proposal's quorum (its ACK alone with the leader's would be two of four
+/// members, a majority of nothing), and receives committed transactions only,
+/// as INFORM, with the committed zxid they follow.
 #[test]
 fn a_leader_counts_no_observer_ack_and_informs_it_of_commits_only() {
     let mut p = established_leader_with(cfg(1).with_observers([PeerId(4)]));
@@ -1518,9 +1520,9 @@ fn sync_empty_observer_4(p: &mut Peer) {
     p.step(Tick(10), from(4, session(40, 2, ack)));
 }
 
-/// Issue 12: an observer that falls further behind than
-/// `observer_lag_entries_max` is dropped (it syncs again) instead of being
-/// fed without bound; the voters commit on.
+/// An observer that falls further behind than `observer_lag_entries_max` is
+/// dropped (it syncs again) instead of being fed without bound; the voters
+/// commit on.
 #[test]
 fn a_slow_observer_is_dropped_not_waited_for() {
     let mut c = cfg(1).with_observers([PeerId(4)]);
@@ -1759,10 +1761,10 @@ fn observer_informed_of_1_1_and_1_2() -> (Peer, Stream) {
     (p, s)
 }
 
-/// Issue 12, observerMasterPort: once the driver attaches a relay the observer
-/// tells its leader (RELAYED), ignores the leader's INFORMs from then on, drops
-/// what it already has of a relayed batch (INFORMs in flight overlap it) and
-/// applies the rest in order.
+/// observerMasterPort: once the driver attaches a relay the observer tells its
+/// leader (RELAYED), ignores the leader's INFORMs from then on, drops what it
+/// already has of a relayed batch (INFORMs in flight overlap it) and applies
+/// the rest in order.
 #[test]
 fn a_relayed_observer_tells_the_leader_and_applies_the_relay_in_order() {
     let (mut p, mut s) = observer_informed_of_1_1_and_1_2();
@@ -1868,9 +1870,9 @@ fn a_leader_stops_informing_a_relayed_observer() {
     assert_eq!(sends_to(&out, 4), vec![], "no INFORM: {out:?}");
 }
 
-/// Issue 11 (bounded log): peer 1, leading peers 2 and 3 in epoch 2 with a
-/// window of 2 entries, has proposed `n` entries of one byte, all durable
-/// here, committed through `committed` by peer 2's ACK.
+/// A bounded log: peer 1, leading peers 2 and 3 in epoch 2 with a window of 2
+/// entries, has proposed `n` entries of one byte, all durable here, committed
+/// through `committed` by peer 2's ACK.
 fn leader_with_window(n: u32, committed: u32) -> Peer {
     let mut c = cfg(1);
     c.log_window_entries_max = 2;
@@ -2084,12 +2086,12 @@ fn replay_in_batches(c: Config, log: Vec<Entry>, batch: usize) -> (Peer, Vec<Out
     (p, out)
 }
 
-/// Issue 11: a restart streams its log through the core in batches. A single
-/// voter applies each batch as it comes (durable on its quorum of one means
-/// committed) and trims to its window, so it never holds more than the
-/// window and one batch, and every entry is applied once, in order, before
-/// the election starts. (Checked by hand: replayed as one batch, `held_max`
-/// is the whole log and this fails.)
+/// A restart streams its log through the core in batches. A single voter
+/// applies each batch as it comes (durable on its quorum of one means
+/// committed) and trims to its window, so it never holds more than the window
+/// and one batch, and every entry is applied once, in order, before the
+/// election starts. (Checked by hand: replayed as one batch, `held_max` is the
+/// whole log and this fails.)
 #[test]
 fn a_single_voter_replays_a_long_log_within_the_window_and_one_batch() {
     let (c, log) = single_voter_with_log(10, 500);
@@ -2150,13 +2152,13 @@ fn a_replayed_batch_that_does_not_continue_the_log_is_refused() {
     ));
 }
 
-/// Issue 11 (SNAP under snapshots): peer 1 leads peers 2 and 3 in epoch 2
-/// with a window of 2 entries and nothing kept below a snapshot; it proposed
-/// 2.1..=2.5 (committed by peer 2), saved snapshot 2.3 (10 bytes) with its
-/// storage's log purged up to it, and peer 3 came back in session 31 with
-/// nothing: it is being sent SNAP of 2.3, whose first 8 bytes are being read
-/// (reads 1 and 2). Then 2.6..=2.9 were proposed and committed, so the tail
-/// after 2.3 is out of memory: 2.4..=2.7 are on disk only.
+/// SNAP under snapshots: peer 1 leads peers 2 and 3 in epoch 2 with a window of
+/// 2 entries and nothing kept below a snapshot; it proposed 2.1..=2.5
+/// (committed by peer 2), saved snapshot 2.3 (10 bytes) with its storage's log
+/// purged up to it, and peer 3 came back in session 31 with nothing: it is
+/// being sent SNAP of 2.3, whose first 8 bytes are being read (reads 1 and 2).
+/// Then 2.6..=2.9 were proposed and committed, so the tail after 2.3 is out of
+/// memory: 2.4..=2.7 are on disk only.
 fn leader_snapping_3_with_tail_on_disk() -> (Peer, SnapshotRef) {
     let mut c = cfg(1);
     c.log_window_entries_max = 2;
@@ -2227,14 +2229,14 @@ fn x_entries(ks: std::ops::RangeInclusive<u32>) -> Vec<Entry> {
     .collect()
 }
 
-/// Issue 11: a SNAP transfer whose tail left memory survives a newer
-/// snapshot saved mid-transfer when storage still keeps the log after the
-/// transfer's snapshot (it retains the older snapshot, `snapRetainCount`),
-/// and ends by reading that tail from the durable log: the learner is
-/// synced. Before, the core assumed storage purges up to the newest snapshot
-/// and dropped the transfer (checked by hand: with `on_snapshot_saved`
-/// forgetting through the snapshot's zxid instead of storage's `log_start`,
-/// peer 3 gets REJECT at the second snapshot and this fails).
+/// A SNAP transfer whose tail left memory survives a newer snapshot saved
+/// mid-transfer when storage still keeps the log after the transfer's snapshot
+/// (it retains the older snapshot, `snapRetainCount`), and ends by reading that
+/// tail from the durable log: the learner is synced. Before, the core assumed
+/// storage purges up to the newest snapshot and dropped the transfer (checked
+/// by hand: with `on_snapshot_saved` forgetting through the snapshot's zxid
+/// instead of storage's `log_start`, peer 3 gets REJECT at the second snapshot
+/// and this fails).
 #[test]
 fn a_snap_transfer_survives_a_newer_snapshot_while_storage_keeps_its_tail() {
     let (mut p, s1) = leader_snapping_3_with_tail_on_disk();
@@ -2360,11 +2362,11 @@ fn a_snap_transfer_survives_a_newer_snapshot_while_storage_keeps_its_tail() {
     assert!(l3.synced, "{stats:?}");
 }
 
-/// Issue 11: once storage reports the log after a transfer's snapshot purged
-/// (its `log_start` passed the snapshot), the transfer cannot end in a sync:
-/// its learner is dropped at once, to start over from the newest snapshot,
-/// rather than after the rest of the file (checked by hand: without the
-/// drop in `on_snapshot_saved`, no REJECT comes here).
+/// Once storage reports the log after a transfer's snapshot purged (its
+/// `log_start` passed the snapshot), the transfer cannot end in a sync: its
+/// learner is dropped at once, to start over from the newest snapshot, rather
+/// than after the rest of the file (checked by hand: without the drop in
+/// `on_snapshot_saved`, no REJECT comes here).
 #[test]
 fn a_snap_transfer_is_dropped_at_once_when_storage_purged_its_tail() {
     let (mut p, _) = leader_snapping_3_with_tail_on_disk();

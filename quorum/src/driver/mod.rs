@@ -50,14 +50,13 @@ pub struct DriverConfig {
     /// How long a graceful [`Replicator::shutdown`] waits for proposals in
     /// flight to commit or fail before it stops the peer anyway.
     pub shutdown_wait_max: Duration,
-    /// The observer relay source this peer feeds while it serves (issue 12):
-    /// an `rzk_observer_master::ObserverMaster` subscribes to it. `None`: no
+    /// The observer relay source this peer feeds while it serves: an
+    /// `rzk_observer_master::ObserverMaster` subscribes to it. `None`: no
     /// relay.
     pub observer_relay: Option<Arc<rzk_observer_master::RelayHub>>,
-    /// Observers (issue 12): the voters' observer-master addresses
-    /// (`observerMasterPort`). An up-to-date observer follows one of them
-    /// that is not the leader, and the leader's INFORMs when none answers.
-    /// Empty: it follows the leader.
+    /// Observers: the voters' observer-master addresses (`observerMasterPort`).
+    /// An up-to-date observer follows one of them that is not the leader, and
+    /// the leader's INFORMs when none answers. Empty: it follows the leader.
     pub observer_masters: Vec<(PeerId, std::net::SocketAddr)>,
     /// Most entries of the recovered log read and replayed into the core at
     /// once at start-up (one batch). A restart holds about the core's window
@@ -112,8 +111,8 @@ enum Cmd {
 
 struct Shared {
     stats: Mutex<QuorumStats>,
-    /// Replication timings and counts (issue 16), shared with the storage
-    /// thread and snapshot writers; `stats()` copies them out.
+    /// Replication timings and counts, shared with the storage thread and
+    /// snapshot writers; `stats()` copies them out.
     metrics: Arc<Mutex<crate::replicator::MetricsAcc>>,
     role: Mutex<(Role, Option<PeerId>)>,
     /// Set by a graceful shutdown: new proposals fail at once.

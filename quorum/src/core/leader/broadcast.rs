@@ -137,8 +137,8 @@ impl Peer {
     }
 
     /// An observer takes its committed stream from an observer master from now
-    /// on (issue 12): no more INFORMs to it in this session. Only an observer
-    /// that is synced may say so; anything else ends its session.
+    /// on: no more INFORMs to it in this session. Only an observer that is
+    /// synced may say so; anything else ends its session.
     pub(super) fn leader_on_relayed(&mut self, from: PeerId) {
         let ok = self
             .ld_ref()
@@ -212,12 +212,13 @@ impl Peer {
     }
 
     /// A committed rollover proposal moves the leader to the next epoch: a quorum
-    /// has persisted acceptedEpoch ≥ that epoch (§6.2).
+    /// has persisted acceptedEpoch ≥ that epoch (docs/zab.md, "Rollover without
+    /// an election").
     pub(super) fn leader_note_rollovers(&mut self, old: Zxid, new: Zxid) {
         let limit = self.cfg.counter_limit;
         // Only the entries just committed: the window holds up to a snapshot
         // interval of them, and a scan of all of it at every commit was most of
-        // a standalone write's cost in the core (issue 11).
+        // a standalone write's cost in the core.
         let from = self.log.partition_point(|e| e.zxid <= old);
         let rolled = self
             .log

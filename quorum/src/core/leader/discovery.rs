@@ -146,7 +146,8 @@ impl Peer {
         let mut ep = self.written_epochs;
         ep.accepted = epoch;
         ep.accepted_from = Some(self.cfg.id);
-        // §1.3: the leader persists acceptedEpoch before LEADERINFO goes out.
+        // The leader persists acceptedEpoch before LEADERINFO goes out
+        // (docs/zab.md, "When each epoch is written").
         self.save_epochs(ep, None);
     }
 
@@ -188,9 +189,10 @@ impl Peer {
             self.refuse_learner(from, "ACKEPOCH", Refusal::Unexpected);
             return;
         }
-        // §3.3: a learner more recent than the leader is refused. It cannot hold a
-        // committed transaction the leader lacks (the quorums intersect), but it
-        // must not be synchronised from a history shorter than its own claim.
+        // docs/zab.md, "The leader's side": a learner more recent than the
+        // leader is refused. It cannot hold a committed transaction the leader
+        // lacks (the quorums intersect), but it must not be synchronised from a
+        // history shorter than its own claim.
         if l.phase < Phase::Syncing && (current, last) > l.summary {
             self.refuse_learner(from, "ACKEPOCH", Refusal::AheadOfLeader);
             return;

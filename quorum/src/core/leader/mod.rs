@@ -390,8 +390,9 @@ impl Peer {
     /// The connection to `peer` is gone: its session cannot continue, so it is
     /// dropped now rather than after `sync_limit_ticks` of silence (the REJECT is
     /// queued for the transport's next connection, where it ends the learner's
-    /// session if the learner did not see the loss). A leader that no longer
-    /// has a quorum of synced voters steps down at once (§5.6).
+    /// session if the learner did not see the loss). A leader that no longer has
+    /// a quorum of synced voters steps down at once (docs/zab.md, "Ticks, pings
+    /// and stepping down").
     pub(super) fn leader_on_disconnected(&mut self, peer: PeerId) {
         if self.ld_ref().learners.contains_key(&peer) {
             self.drop_learner(peer, RejectReason::Protocol);
@@ -444,7 +445,8 @@ impl Peer {
             self.drop_learner(id, RejectReason::Protocol);
         }
         if self.ld_ref().phase == Phase::Broadcast && self.leader_synced_voters() < quorum {
-            // §5.6: a leader that cannot hear a quorum steps down.
+            // A leader that cannot hear a quorum steps down (docs/zab.md,
+            // "Ticks, pings and stepping down").
             self.go_looking();
             return;
         }

@@ -111,18 +111,17 @@ impl Peer {
         self.leader_sync_from(id, after);
     }
 
-    /// Storage purged its log and the available log now starts at
-    /// `log_start`: a SNAP transfer of a snapshot below it can no longer end
-    /// in a sync (the entries after its snapshot are gone from memory and
-    /// disk); `leader_on_snap_read` would drop its learner after the last
-    /// chunk. It is dropped now, so the learner starts over from the newest
-    /// snapshot at once instead of after sending the rest of the old file in
-    /// vain. Storage keeps the log after the *oldest* snapshot it retains
-    /// (`Input::SnapshotSaved`), so a transfer survives newer snapshots
-    /// while its own is retained (issue 11: a transfer longer than the
-    /// leader's snapshot interval used to start over at every snapshot).
-    /// `saved` is the snapshot just saved: the transfers of older ones that
-    /// go on are counted.
+    /// Storage purged its log and the available log now starts at `log_start`:
+    /// a SNAP transfer of a snapshot below it can no longer end in a sync (the
+    /// entries after its snapshot are gone from memory and disk);
+    /// `leader_on_snap_read` would drop its learner after the last chunk. It is
+    /// dropped now, so the learner starts over from the newest snapshot at once
+    /// instead of after sending the rest of the old file in vain. Storage keeps
+    /// the log after the *oldest* snapshot it retains (`Input::SnapshotSaved`),
+    /// so a transfer survives newer snapshots while its own is retained (a
+    /// transfer longer than the leader's snapshot interval used to start over
+    /// at every snapshot). `saved` is the snapshot just saved: the transfers of
+    /// older ones that go on are counted.
     pub(in crate::core) fn leader_drop_snaps_below(&mut self, log_start: Zxid, saved: Zxid) {
         let stale: Vec<PeerId> = self
             .ld_ref()
