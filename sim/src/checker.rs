@@ -1,12 +1,16 @@
 //! The safety checker: ZAB's properties by their specification names
-//! (zab-protocol.md §8), checked as the simulation runs.
+//! (docs/zab.md, "Safety properties"), and the simulation's own, checked as
+//! it runs. [`Checker`] keeps the global records (what was broadcast,
+//! written, delivered, acknowledged); the functions below it check one
+//! event against the disks.
 
 use std::collections::BTreeMap;
 
-use rzk_quorum::core::{Epochs, SnapshotRef};
-use rzk_quorum::message::Entry;
-use rzk_quorum::PeerId;
+use rzk_quorum::message::{Entry, Message, PeerState, SessionMsg};
+use rzk_quorum::{PeerId, Role};
 use rzk_zxid::{Epoch, Zxid};
+
+use crate::disk::Disk;
 
 /// A violated property: its name and what happened.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,128 +205,207 @@ impl Checker {
     }
 }
 
-/// A simulated disk: only what storage confirmed (completed commands), plus
-/// what survives a crash. Snapshots are kept as `rzk-wal` keeps them: the
-/// newest `retain` in the catalog, and the log after the oldest of those.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Disk {
-    /// The durable log: the entries after `log_start`.
-    pub(crate) log: Vec<Entry>,
-    /// Where the log starts: the oldest catalogued snapshot's zxid (the
-    /// purge point storage reports with `Input::SnapshotSaved`).
-    pub(crate) log_start: Zxid,
-    /// The newest snapshot and its "file" (the encoded state machine).
-    pub(crate) snapshot: Option<(SnapshotRef, bytes::Bytes)>,
-    /// Older snapshots still in the catalog, oldest first (retention keeps
-    /// `retain` snapshots in all, the newest included).
-    pub(crate) kept: Vec<(SnapshotRef, bytes::Bytes)>,
-    /// Snapshots retention removed that a reader still has open (a SNAP in
-    /// progress survives the removal of its file, as an open file does);
-    /// gone on a crash.
-    pub(crate) retained: Vec<(SnapshotRef, bytes::Bytes)>,
-    /// A SNAP being received (a temporary file: gone on a crash).
-    pub(crate) incoming: Option<(SnapshotRef, Vec<u8>)>,
-    pub(crate) epochs: Epochs,
-    pub(crate) marker: bool,
+impl Checker {
+    /// Every acknowledged txn is on at least one of `disks` (at all times;
+    /// on a quorum of them when it is acknowledged: [`durable_on_quorum`]).
+    pub(crate) fn acked_on_some_disk<'a>(
+        &self,
+        disks: impl Iterator<Item = &'a Disk> + Clone,
+    ) -> Result<(), Violation> {
+        for (z, id) in &self.acked {
+            if !disks.clone().any(|d| d.holds(*z, *id)) {
+                return Err(violation(
+                    "AckedNotLost",
+                    format!("acknowledged {z}={id} is on no disk"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// LeaderLogCompleteness: an established leader's durable history holds
+    /// every acknowledged transaction.
+    pub(crate) fn leader_log_complete(
+        &self,
+        id: PeerId,
+        epoch: Epoch,
+        disk: &Disk,
+    ) -> Result<(), Violation> {
+        let Some((z, v)) = self.acked.iter().find(|(z, v)| !disk.holds(**z, **v)) else {
+            return Ok(());
+        };
+        Err(violation(
+            "LeaderLogCompleteness",
+            format!(
+                "{id:?} established epoch {epoch} without acknowledged {z}={v} (disk ends at {})",
+                disk.last()
+            ),
+        ))
+    }
+
+    /// At the end, with the peers converged: everyone delivered the same
+    /// sequence (Agreement), and it holds every acknowledged transaction (no
+    /// acknowledged proposal is lost). `delivered` is each peer's sequence.
+    pub(crate) fn converged_history(
+        &self,
+        delivered: &[(PeerId, &[(Zxid, u64)])],
+    ) -> Result<(), Violation> {
+        let (first_id, first) = delivered[0];
+        for (id, sm) in delivered {
+            if *sm != first {
+                return Err(violation(
+                    "Agreement",
+                    format!(
+                        "{id:?} delivered {} txns, {first_id:?} {}",
+                        sm.len(),
+                        first.len()
+                    ),
+                ));
+            }
+        }
+        let history: BTreeMap<Zxid, u64> = first.iter().copied().collect();
+        for (z, id) in &self.acked {
+            if history.get(z) != Some(id) {
+                return Err(violation(
+                    "AckedNotLost",
+                    format!("acknowledged {z}={id} is not in the converged history"),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
-/// Snapshot files a simulated reader keeps open after retention removed
-/// them (`rzk-wal` storage keeps 4 open).
-const OPEN_SNAPSHOTS_MAX: usize = 4;
-
-impl Disk {
-    pub(crate) fn last(&self) -> Zxid {
-        self.log
-            .last()
-            .map(|e| e.zxid)
-            .or(self.snapshot.as_ref().map(|s| s.0.zxid))
-            .unwrap_or(Zxid::ZERO)
+/// DurableBeforeAck: a leader acknowledges `zxid` only once a quorum of the
+/// voters' disks hold it. Only voters' disks count: an observer's copy is no
+/// part of a quorum (ObserversNotCounted).
+pub(crate) fn durable_on_quorum<'a>(
+    leader: PeerId,
+    zxid: Zxid,
+    payload: u64,
+    voter_disks: impl Iterator<Item = &'a Disk>,
+) -> Result<(), Violation> {
+    let (mut voters, mut holders) = (0, 0);
+    for d in voter_disks {
+        voters += 1;
+        holders += usize::from(d.holds(zxid, payload));
     }
-
-    /// The newest snapshot's zxid: everything at or below it is in it.
-    pub(crate) fn base(&self) -> Zxid {
-        self.snapshot
-            .as_ref()
-            .map(|s| s.0.zxid)
-            .unwrap_or(Zxid::ZERO)
+    if holders < voters / 2 + 1 {
+        return Err(violation(
+            "DurableBeforeAck",
+            format!("{leader:?} acknowledged {zxid} with {holders} durable copies"),
+        ));
     }
+    Ok(())
+}
 
-    /// The bytes of snapshot `r`, if this disk still has them (catalogued or
-    /// open).
-    pub(crate) fn snapshot_bytes(&self, r: &SnapshotRef) -> Option<bytes::Bytes> {
-        if r.size_bytes == 0 {
-            return Some(bytes::Bytes::new());
-        }
-        self.snapshot
-            .iter()
-            .chain(self.kept.iter())
-            .chain(self.retained.iter())
-            .find(|(s, _)| s == r)
-            .map(|(_, b)| b.clone())
+/// A leader is established only with a quorum of *voters* behind its
+/// epoch: at a fresh establishment a quorum of voters' disks hold
+/// currentEpoch >= epoch (their NEWLEADER acks); at a rollover, acceptedEpoch
+/// >= epoch (the fence). Observers' disks never count (ObserversNotCounted).
+pub(crate) fn voter_quorum_behind<'a>(
+    leader: PeerId,
+    epoch: Epoch,
+    fresh: bool,
+    voter_disks: impl Iterator<Item = &'a Disk>,
+) -> Result<(), Violation> {
+    let (mut voters, mut behind) = (0, 0);
+    for d in voter_disks {
+        voters += 1;
+        let ep = d.epochs;
+        let at = if fresh { ep.current } else { ep.accepted };
+        behind += usize::from(at >= epoch);
     }
-
-    /// A reader read snapshot `r`: if retention removed it, it is now the
-    /// most recently used of the open files (the last to be closed).
-    pub(crate) fn touch_open(&mut self, r: &SnapshotRef) {
-        if let Some(i) = self.retained.iter().position(|(s, _)| s == r) {
-            let f = self.retained.remove(i);
-            self.retained.push(f);
-        }
+    if behind < voters / 2 + 1 {
+        return Err(violation(
+            "ObserversNotCounted",
+            format!(
+                "{leader:?} established epoch {epoch} with {behind} of {voters} voters behind it"
+            ),
+        ));
     }
+    Ok(())
+}
 
-    fn close_removed(&mut self, removed: (SnapshotRef, bytes::Bytes)) {
-        self.retained.push(removed);
-        if self.retained.len() > OPEN_SNAPSHOTS_MAX {
-            self.retained.remove(0);
-        }
+/// ObserverRole: an observer member is only ever an observer (or looking), a
+/// voter never one.
+pub(crate) fn role_fits(id: PeerId, observer: bool, role: Role) -> Result<(), Violation> {
+    let fits = match role {
+        Role::Looking => true,
+        Role::Observer => observer,
+        Role::Leader | Role::Follower => !observer,
+    };
+    if !fits {
+        return Err(violation(
+            "ObserverRole",
+            format!("{id:?} (observer member: {observer}) became {role:?}"),
+        ));
     }
+    Ok(())
+}
 
-    /// A snapshot of this peer's own state is saved: it becomes the newest,
-    /// retention keeps `retain` snapshots and purges the log up to the
-    /// oldest of them, or up to `hold_after` if lower (a sync in progress
-    /// still reads the log after it). Returns where the log starts now.
-    pub(crate) fn save_snapshot(
-        &mut self,
-        r: SnapshotRef,
-        data: bytes::Bytes,
-        retain: usize,
-        hold_after: Option<Zxid>,
-    ) -> Zxid {
-        if let Some(old) = self.snapshot.replace((r, data)) {
-            self.kept.push(old);
+/// I1 (AdvertisedDurable): what a message of peer `id` claims about its
+/// history is on its disk.
+pub(crate) fn claims_on_disk(id: PeerId, disk: &Disk, msg: &Message) -> Result<(), Violation> {
+    let disk_last = disk.last();
+    let ep = disk.epochs;
+    let bad = |what: String| Err(violation("AdvertisedDurable", format!("{id:?} {what}")));
+    match msg {
+        Message::Notification(nt) => {
+            if nt.state == PeerState::Looking
+                && nt.vote.leader == id
+                && (nt.vote.zxid > disk_last || nt.vote.peer_epoch > ep.current)
+            {
+                return bad(format!(
+                    "voted for itself with {} / epoch {} but its disk ends at {disk_last} / epoch {}",
+                    nt.vote.zxid, nt.vote.peer_epoch, ep.current
+                ));
+            }
+            Ok(())
         }
-        while self.kept.len() + 1 > retain.max(1) {
-            let removed = self.kept.remove(0);
-            self.close_removed(removed);
-        }
-        let oldest = self.kept.first().map_or(r.zxid, |(s, _)| s.zxid);
-        let purge_to = hold_after.map_or(oldest, |h| h.min(oldest));
-        self.log_start = self.log_start.max(purge_to);
-        let start = self.log_start;
-        self.log.retain(|e| e.zxid > start);
-        start
-    }
-
-    /// A received snapshot is installed: the log starts after it, and the
-    /// older snapshots leave the catalog (open ones stay readable).
-    pub(crate) fn install_snapshot(&mut self, r: SnapshotRef, data: bytes::Bytes) {
-        let old: Vec<_> = self.kept.drain(..).chain(self.snapshot.take()).collect();
-        for removed in old {
-            self.close_removed(removed);
-        }
-        self.snapshot = Some((r, data));
-        self.log.clear();
-        self.log_start = r.zxid;
-    }
-
-    /// Whether the disk holds `zxid` (in its log, or inside its snapshot).
-    pub(crate) fn holds(&self, zxid: Zxid, id: u64) -> bool {
-        if zxid <= self.base() {
-            return true;
-        }
-        match self.log.binary_search_by(|e| e.zxid.cmp(&zxid)) {
-            Ok(i) => payload_id(&self.log[i]) == id,
-            Err(_) => false,
-        }
+        Message::Session { msg, .. } => match msg {
+            SessionMsg::FollowerInfo { accepted_epoch, .. } if *accepted_epoch > ep.accepted => {
+                bad(format!("FOLLOWERINFO with acceptedEpoch {accepted_epoch} > disk {}", ep.accepted))
+            }
+            SessionMsg::AckEpoch {
+                current_epoch,
+                last_zxid,
+                ..
+            } if *last_zxid != disk_last || *current_epoch > ep.current => bad(format!(
+                "ACKEPOCH claims {last_zxid} / epoch {current_epoch}, disk has {disk_last} / epoch {}",
+                ep.current
+            )),
+            SessionMsg::Ack { upto } if *upto > disk_last => {
+                bad(format!("ACK {upto} beyond its disk {disk_last}"))
+            }
+            SessionMsg::AckNewLeader { epoch } if *epoch > ep.current => bad(format!(
+                "NEWLEADER ACK for epoch {epoch} with currentEpoch {} on disk",
+                ep.current
+            )),
+            // The claims above hold, or the message claims nothing about the
+            // sender's durable history.
+            SessionMsg::FollowerInfo { .. }
+            | SessionMsg::AckEpoch { .. }
+            | SessionMsg::Ack { .. }
+            | SessionMsg::AckNewLeader { .. }
+            | SessionMsg::LeaderInfo { .. }
+            | SessionMsg::Diff { .. }
+            | SessionMsg::Trunc { .. }
+            | SessionMsg::Snap { .. }
+            | SessionMsg::SnapChunk { .. }
+            | SessionMsg::SnapAck { .. }
+            | SessionMsg::Proposal { .. }
+            | SessionMsg::Commit { .. }
+            | SessionMsg::NewLeader { .. }
+            | SessionMsg::UpToDate { .. }
+            | SessionMsg::Inform { .. }
+            | SessionMsg::Ping { .. }
+            | SessionMsg::Pong { .. }
+            | SessionMsg::SyncRequest { .. }
+            | SessionMsg::SyncReply { .. }
+            | SessionMsg::Forward { .. }
+            | SessionMsg::Relayed
+            | SessionMsg::Reject { .. } => Ok(()),
+        },
     }
 }

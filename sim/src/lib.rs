@@ -24,6 +24,14 @@
 //! `sync`, watches before replies, ephemerals with their sessions): see the
 //! `server` module and [`ServerOptions`].
 //!
+//! The pieces: [`network::Network`] carries the peers' messages (generic
+//! over them, and public, for any world that needs one); `disk` is a quorum
+//! peer's simulated disk; `clients` the quorum simulation's clients; `faults`
+//! the crashes, partitions and connection resets; `checker` the properties;
+//! `relays` the observer masters and observers; `server` the server-level
+//! simulation; `World`, in this file, schedules everything in one order and
+//! carries out each core's outputs.
+//!
 //! Every run is a pure function of its seed (ChaCha RNG, no wall clock, no hash
 //! map iteration), so a failure replays exactly:
 //!
@@ -36,7 +44,13 @@
 #![deny(missing_docs)]
 
 mod checker;
+mod clients;
+mod disk;
+mod faults;
+pub mod network;
+mod options;
 mod relays;
+mod report;
 mod server;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -45,216 +59,27 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rzk_quorum::core::{
-    Config, Input, OpId, Output, Peer, ReadCmd, ReadData, ReadId, Recovered, SnapshotRef,
-    StorageCmd, TestBugs, Tick,
+    Config, Input, OpId, Output, Peer, ReadCmd, ReadData, ReadId, Recovered, Refusal, SnapshotRef,
+    StorageCmd, Tick,
 };
-use rzk_quorum::message::{Entry, Message, PeerState, SessionMsg};
+use rzk_quorum::message::{Entry, Message, SessionMsg};
 use rzk_quorum::{PeerId, Role};
-use rzk_zxid::{CounterLimit, Zxid};
+use rzk_zxid::{CounterLimit, Epoch, Zxid};
 
 pub use checker::Violation;
-use checker::{payload_id, violation, Checker, Disk};
+use checker::{payload_id, violation, Checker};
+use clients::Clients;
+use disk::{checksum, Disk};
+use network::{LinkFaults, Network, Packet, Sequence, Slot};
+pub use options::Options;
 pub use relays::ObserverReport;
+pub use report::{FailoverReport, Failure, Report};
 pub use rzk_server::core::CoreBugs;
 pub use server::{ServerOptions, ServerReport};
 
-/// What a run simulates.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// Number of peers.
-    pub nodes: usize,
-    /// Simulated milliseconds with faults and client load.
-    pub fault_ms: u64,
-    /// Bound for convergence after the faults stop (Liveness).
-    pub settle_ms: u64,
-    /// The zxid counter limit; `None` lets each seed pick (mostly the default,
-    /// sometimes a low one so the epoch rollover runs).
-    pub counter_limit: Option<u32>,
-    /// Bug switches to re-introduce (regression proofs).
-    pub bugs: TestBugs,
-    /// Probability that a message is lost.
-    pub loss: f64,
-    /// Probability that a message is delivered twice.
-    pub duplicate: f64,
-    /// Probability that a message overtakes earlier ones on its link (links are
-    /// otherwise FIFO, like the gRPC streams they stand for).
-    pub reorder: f64,
-    /// Whether to crash and restart peers.
-    pub crashes: bool,
-    /// Whether to partition the network.
-    pub partitions: bool,
-    /// Probability that a peer is told (`Input::PeerDisconnected`) when another
-    /// peer it can reach crashes, as a killed process's connections are reset
-    /// by its kernel. The rest of the time the crash is silent (a power loss, a
-    /// frozen machine) and only timeouts find it.
-    pub disconnect_notice: f64,
-    /// Whether connections are reset at random (both ends are told; what was
-    /// in flight on the link is lost).
-    pub link_resets: bool,
-    /// How many trace lines a failure report keeps.
-    pub trace_lines: usize,
-    /// Whether to check I1 on every message (AdvertisedDurable). Turned off only
-    /// to show what a violation leads to further on (a log gap, a lost txn).
-    pub check_claims: bool,
-    /// Simulated observers following the relays (`rzk-observer-master`) that
-    /// the leader and every follower run (issue 12); 0 runs none.
-    pub observers: usize,
-    /// Regression switch for ZOOKEEPER-5088: relays start from the committed
-    /// zxid only, without the proposals in flight, and skip unmatched commits.
-    pub bug_5088: bool,
-    /// Observer *members* (issue 12): non-voting peers of the quorum core that
-    /// sync from the leader and receive INFORM, besides the `nodes` voters.
-    /// `None` lets each seed pick 0, 1 or 2 (from its own RNG, so a seed that
-    /// picks 0 runs exactly as without them).
-    pub observer_members: Option<usize>,
-    /// Snapshots each peer's storage retains (`snapRetainCount`): the log is
-    /// kept after the oldest of them, as `rzk-wal` keeps it.
-    pub snap_retain_count: usize,
-    /// Simulated milliseconds between two snapshots (of a random peer),
-    /// drawn from `lo..hi`.
-    pub snapshot_interval_ms: (u64, u64),
-    /// Whether storage keeps the log a leader's sync in progress still reads
-    /// (`Peer::log_needed_after`) when it purges, as `rzk-wal` does. Off, a
-    /// SNAP transfer lasting longer than `snap_retain_count` snapshots starts
-    /// over.
-    pub hold_log_for_syncs: bool,
-    /// Simulated milliseconds between two crashes, drawn from `lo..hi`.
-    pub crash_interval_ms: (u64, u64),
-    /// Probability of a crash right after a step of a learner's sync.
-    pub sync_crash: f64,
-    /// Simulated milliseconds from a partition's heal to the next partition,
-    /// drawn from `lo..hi`.
-    pub partition_gap_ms: (u64, u64),
-    /// Simulated milliseconds between two connection resets, drawn from
-    /// `lo..hi`.
-    pub link_reset_interval_ms: (u64, u64),
-    /// The server-level simulation: every peer also runs rzk's server core,
-    /// and simulated ZooKeeper clients keep sessions on them (`None`: the
-    /// quorum alone, with its own simulated clients).
-    pub server: Option<ServerOptions>,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            nodes: 3,
-            fault_ms: 20_000,
-            settle_ms: 20_000,
-            counter_limit: None,
-            bugs: TestBugs::default(),
-            loss: 0.01,
-            duplicate: 0.005,
-            reorder: 0.01,
-            crashes: true,
-            partitions: true,
-            disconnect_notice: 0.8,
-            link_resets: true,
-            trace_lines: 60,
-            check_claims: true,
-            observers: 2,
-            bug_5088: false,
-            observer_members: None,
-            snap_retain_count: 3,
-            snapshot_interval_ms: (100, 800),
-            hold_log_for_syncs: true,
-            crash_interval_ms: (500, 2500),
-            sync_crash: 0.02,
-            partition_gap_ms: (200, 2000),
-            link_reset_interval_ms: (300, 3000),
-            server: None,
-        }
-    }
-}
-
-/// What a passing run did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Report {
-    /// A hash of the whole event trace; equal for two runs of one seed.
-    pub trace_hash: u64,
-    /// Simulated milliseconds run.
-    pub sim_ms: u64,
-    /// Transactions acknowledged to clients.
-    pub acked: usize,
-    /// Crashes injected.
-    pub crashes: u64,
-    /// Partitions injected.
-    pub partitions: u64,
-    /// Sync modes seen: DIFF, TRUNC, SNAP.
-    pub syncs: [u64; 3],
-    /// Epoch rollovers committed.
-    pub rollovers: u64,
-    /// Sync barriers completed.
-    pub sync_barriers: u64,
-    /// Connection losses reported to peers (`Input::PeerDisconnected`).
-    pub link_downs: u64,
-    /// SNAP chunks sent in all.
-    pub snap_chunks: u64,
-    /// Received snapshots storage refused (a chunk corrupted on the way).
-    pub snaps_refused: u64,
-    /// Peer messages refused by a core (`Output::Refused`): stale sessions,
-    /// broken streams, and the bad input the faults produce.
-    pub refused: u64,
-    /// What the simulated observers did.
-    pub observers: ObserverReport,
-    /// Transactions applied by observer members (issue 12), all together.
-    pub member_applied: u64,
-    /// INFORM messages delivered to observer members.
-    pub informs: u64,
-    /// Times an observer member became `Role::Observer` (a completed sync).
-    pub member_syncs: u64,
-    /// Reads of the durable log for a DIFF below a leader's in-memory window
-    /// (`ReadCmd::Log`), and the entries they returned.
-    pub log_reads: u64,
-    /// Entries those reads returned.
-    pub log_read_entries: u64,
-    /// SNAP transfers that went on past a newer snapshot of their leader
-    /// (counted per snapshot), that read their tail from the durable log,
-    /// and that were dropped because storage purged their tail.
-    pub snaps_outlived_snapshot: u64,
-    /// See `snaps_outlived_snapshot`.
-    pub snap_tails_from_disk: u64,
-    /// See `snaps_outlived_snapshot`.
-    pub snaps_purged: u64,
-    /// What the server-level simulation did (with `Options::server`).
-    pub server: Option<ServerReport>,
-}
-
-/// A failing run: the seed, the property, and the last events.
-#[derive(Clone, Debug)]
-pub struct Failure {
-    /// The seed that fails.
-    pub seed: u64,
-    /// The violated property.
-    pub violation: Violation,
-    /// The simulated time of the violation.
-    pub at_ms: u64,
-    /// The last events before it, and each peer's state.
-    pub trace: Vec<String>,
-    /// The command that replays this run.
-    pub replay: String,
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(
-            f,
-            "seed {} violated {} at {} ms: {}",
-            self.seed, self.violation.property, self.at_ms, self.violation.detail
-        )?;
-        for line in &self.trace {
-            writeln!(f, "  {line}")?;
-        }
-        write!(f, "replay: {}", self.replay)
-    }
-}
-
+/// What the world schedules besides the network's deliveries.
 #[derive(Clone, Debug)]
 enum Event {
-    Deliver {
-        to: usize,
-        from: usize,
-        msg: Message,
-    },
     StorageDone {
         node: usize,
         incarnation: u64,
@@ -293,26 +118,30 @@ enum Event {
     Server(server::ServerEvent),
 }
 
+/// What happens next in a world: one of its events, or a message arriving.
+enum Happening {
+    Event(Event),
+    Delivery(Packet<Message>),
+}
+
+/// One ZAB peer of the world, with what outlives its restarts (its disk).
 struct Node {
     id: PeerId,
     peer: Option<Peer>,
     incarnation: u64,
     disk: Disk,
-    /// Commands issued and not yet completed (not durable).
-    inflight: VecDeque<(OpId, StorageCmd)>,
-    done_scheduled: bool,
     /// The state machine: the delivered sequence.
     sm: Vec<(Zxid, u64)>,
     /// Proposal ids this node proposed as leader: request id → (zxid, payload).
     proposed: BTreeMap<u64, u64>,
-    /// Pending client syncs: id → max acked zxid when issued.
-    syncs: BTreeMap<u64, Zxid>,
     /// The epoch this node is the established leader of, if it leads.
-    leading: Option<rzk_zxid::Epoch>,
+    leading: Option<Epoch>,
     /// Client writes this node acknowledged as leader (all incarnations).
     acks: u64,
 }
 
+/// One run: the nodes, the network between them, the events scheduled,
+/// the checker and the trace.
 struct World {
     opts: Options,
     rng: ChaCha8Rng,
@@ -320,17 +149,20 @@ struct World {
     /// so a seed's run is what it was before the replay was batched.
     replay_rng: ChaCha8Rng,
     now: u64,
-    seq: u64,
-    events: BTreeMap<(u64, u64), Event>,
+    /// The order of everything scheduled: `events` and the network's
+    /// deliveries share it.
+    seq: Sequence,
+    events: BTreeMap<Slot, Event>,
+    /// The peers' network: their messages on their way.
+    net: Network<Message>,
     nodes: Vec<Node>,
-    /// Partition groups: node → group; messages cross groups only when equal.
-    group: Vec<u8>,
-    /// Latest scheduled delivery per link (from, to), for FIFO order.
-    link_last: BTreeMap<(usize, usize), u64>,
     checker: Checker,
     hash: u64,
     ring: VecDeque<String>,
-    next_payload: u64,
+    /// The quorum simulation's clients.
+    clients: Clients,
+    /// The next request id of a `Propose` or `Sync` input (the quorum
+    /// simulation's clients and the server cores draw from it).
     next_request: u64,
     report: Report,
     limit: CounterLimit,
@@ -355,6 +187,37 @@ struct World {
 
 const TICK_MS: u64 = 10;
 
+/// Which step of a learner's sync a message is: DIFF, TRUNC, SNAP (counted
+/// in `Report::syncs`), a NEWLEADER or proposal (3), a SNAP chunk (4).
+fn sync_step(msg: &Message) -> Option<usize> {
+    let Message::Session { msg, .. } = msg else {
+        return None;
+    };
+    match msg {
+        SessionMsg::Diff { .. } => Some(0),
+        SessionMsg::Trunc { .. } => Some(1),
+        SessionMsg::Snap { .. } => Some(2),
+        SessionMsg::SnapChunk { .. } => Some(4),
+        SessionMsg::NewLeader { .. } | SessionMsg::Proposal { .. } => Some(3),
+        SessionMsg::FollowerInfo { .. }
+        | SessionMsg::LeaderInfo { .. }
+        | SessionMsg::AckEpoch { .. }
+        | SessionMsg::SnapAck { .. }
+        | SessionMsg::Commit { .. }
+        | SessionMsg::AckNewLeader { .. }
+        | SessionMsg::UpToDate { .. }
+        | SessionMsg::Ack { .. }
+        | SessionMsg::Inform { .. }
+        | SessionMsg::Ping { .. }
+        | SessionMsg::Pong { .. }
+        | SessionMsg::SyncRequest { .. }
+        | SessionMsg::SyncReply { .. }
+        | SessionMsg::Forward { .. }
+        | SessionMsg::Relayed
+        | SessionMsg::Reject { .. } => None,
+    }
+}
+
 fn fnv(h: u64, x: u64) -> u64 {
     let mut h = h;
     for b in x.to_le_bytes() {
@@ -371,13 +234,6 @@ fn sm_encode(sm: &[(Zxid, u64)]) -> Bytes {
         v.extend_from_slice(&id.to_le_bytes());
     }
     Bytes::from(v)
-}
-
-/// The simulated storage's file checksum (FNV-1a, 32 bits).
-fn checksum(b: &[u8]) -> u32 {
-    b.iter().fold(0x811c9dc5u32, |h, x| {
-        (h ^ *x as u32).wrapping_mul(0x01000193)
-    })
 }
 
 fn sm_decode(b: &[u8]) -> Vec<(Zxid, u64)> {
@@ -408,16 +264,6 @@ pub fn run(seed: u64, opts: &Options) -> Result<Report, Box<Failure>> {
         }
         Err(v) => Err(w.failure(seed, v, "")),
     }
-}
-
-/// What [`failover`] measured.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FailoverReport {
-    /// For each kill, simulated milliseconds from the kill of the established
-    /// leader to the first write a new leader got acknowledged.
-    pub times_ms: Vec<u64>,
-    /// A hash of the whole event trace; equal for two runs of one seed.
-    pub trace_hash: u64,
 }
 
 /// Kills the established leader `kills` times, with no other fault (no loss,
@@ -497,11 +343,8 @@ impl World {
                 peer: None,
                 incarnation: 0,
                 disk: Disk::default(),
-                inflight: VecDeque::new(),
-                done_scheduled: false,
                 sm: Vec::new(),
                 proposed: BTreeMap::new(),
-                syncs: BTreeMap::new(),
                 leading: None,
                 acks: 0,
             })
@@ -520,20 +363,22 @@ impl World {
             snap_chunk,
             snap_window,
             relays: relays::Relays::new(seed, total, opts.observers, opts.bug_5088),
-            group: vec![0; total],
+            net: Network::new(
+                total,
+                LinkFaults::new(opts.loss, opts.duplicate, opts.reorder),
+            ),
             voters,
             observer_lag,
-            link_last: BTreeMap::new(),
             opts,
             rng,
             now: 0,
-            seq: 0,
+            seq: Sequence::default(),
             events: BTreeMap::new(),
             nodes,
             checker: Checker::default(),
             hash: 0xcbf29ce484222325,
             ring: VecDeque::new(),
-            next_payload: 1,
+            clients: Clients::new(total),
             next_request: 1,
             report: Report::default(),
             limit,
@@ -543,7 +388,6 @@ impl World {
     }
 
     fn failure(&self, seed: u64, v: Violation, mode: &str) -> Box<Failure> {
-        let opts = &self.opts;
         let mut trace: Vec<String> = self.ring.iter().cloned().collect();
         for n in &self.nodes {
             trace.push(match &n.peer {
@@ -551,44 +395,7 @@ impl World {
                 None => format!("state {:?} down, disk last {}", n.id, n.disk.last()),
             });
         }
-        let mut replay = format!(
-            "cargo run -p rzk-sim --release -- --seed {seed} --nodes {} --fault-ms {}{mode}",
-            opts.nodes, opts.fault_ms
-        );
-        if opts.settle_ms != Options::default().settle_ms {
-            replay.push_str(&format!(" --settle-ms {}", opts.settle_ms));
-        }
-        if let Some(l) = opts.counter_limit {
-            replay.push_str(&format!(" --limit {l}"));
-        }
-        if opts.bugs.keep_memory_after_interrupted_trunc {
-            replay.push_str(" --bug-5094");
-        }
-        if !opts.check_claims {
-            replay.push_str(" --no-claims-check");
-        }
-        if opts.observers != Options::default().observers {
-            replay.push_str(&format!(" --observers {}", opts.observers));
-        }
-        if opts.bug_5088 {
-            replay.push_str(" --bug-5088");
-        }
-        if let Some(m) = opts.observer_members {
-            replay.push_str(&format!(" --observer-members {m}"));
-        }
-        if opts.disconnect_notice == 0.0 && !opts.link_resets {
-            replay.push_str(" --no-disconnects");
-        }
-        if let Some(s) = &opts.server {
-            replay.push_str(&format!(" --server --clients {}", s.clients));
-            if s.bugs.answer_sync_before_apply {
-                replay.push_str(" --bug-sync-before-apply");
-            }
-            if s.bugs.apply_out_of_order {
-                replay.push_str(" --bug-apply-out-of-order");
-            }
-        }
-        replay.push_str(" --trace 5000");
+        let replay = self.opts.replay_command(seed, mode);
         Box::new(Failure {
             seed,
             violation: v,
@@ -599,8 +406,38 @@ impl World {
     }
 
     fn schedule(&mut self, at: u64, ev: Event) {
-        self.seq += 1;
-        self.events.insert((at, self.seq), ev);
+        self.events.insert((at, self.seq.take()), ev);
+    }
+
+    /// Takes what happens next, events and deliveries in their one order, if
+    /// it happens by `end`, and moves the clock to it.
+    fn next_happening(&mut self, end: u64) -> Option<Happening> {
+        let event = self.events.keys().next().copied();
+        let packet = self.net.next_slot();
+        let next = match (event, packet) {
+            (Some(e), Some(p)) => e.min(p),
+            (Some(e), None) => e,
+            (None, Some(p)) => p,
+            (None, None) => return None,
+        };
+        if next.0 > end {
+            return None;
+        }
+        self.now = next.0;
+        if event == Some(next) {
+            let ev = self.events.remove(&next).expect("present");
+            return Some(Happening::Event(ev));
+        }
+        let (_, packet) = self.net.pop().expect("present");
+        Some(Happening::Delivery(packet))
+    }
+
+    /// Carries out what [`World::next_happening`] took.
+    fn happen(&mut self, h: Happening) -> Result<(), Violation> {
+        match h {
+            Happening::Event(ev) => self.dispatch(ev),
+            Happening::Delivery(p) => self.deliver(p),
+        }
     }
 
     fn note(&mut self, line: impl FnOnce() -> String) {
@@ -636,15 +473,12 @@ impl World {
     fn start(&mut self, i: usize) -> Result<(), Violation> {
         let n = &mut self.nodes[i];
         n.incarnation += 1;
-        n.inflight.clear();
-        n.done_scheduled = false;
         n.sm.clear();
         n.proposed.clear();
-        n.syncs.clear();
         n.leading = None;
-        // Temporary files and open descriptors are gone with the process.
-        n.disk.incoming = None;
-        n.disk.retained.clear();
+        n.disk.restart();
+        self.clients.restart(i);
+        let n = &self.nodes[i];
         let rec = Recovered {
             epochs: n.disk.epochs,
             snapshot: n.disk.snapshot.as_ref().map(|s| s.0),
@@ -714,16 +548,12 @@ impl World {
         let fault_end = self.opts.fault_ms;
         let end = fault_end + self.opts.settle_ms;
         let mut next_converge_check = fault_end;
-        while let Some((&(at, seq), _)) = self.events.iter().next() {
-            if at > end {
-                break;
-            }
-            let ev = self.events.remove(&(at, seq)).expect("present");
-            self.now = at;
+        while let Some(h) = self.next_happening(end) {
+            let at = self.now;
             if self.faults_on && at >= fault_end {
                 self.stop_faults()?;
             }
-            self.dispatch(ev)?;
+            self.happen(h)?;
             self.events_since_check += 1;
             if self.events_since_check >= 500 {
                 self.events_since_check = 0;
@@ -764,13 +594,8 @@ impl World {
                 .map(|i| w.nodes[i].acks)
                 .sum()
         };
-        while let Some((&(at, seq), _)) = self.events.iter().next() {
-            if at > end {
-                break;
-            }
-            let ev = self.events.remove(&(at, seq)).expect("present");
-            self.now = at;
-            self.dispatch(ev)?;
+        while let Some(h) = self.next_happening(end) {
+            self.happen(h)?;
             match killed {
                 None if self.now >= next_kill && self.converged() => {
                     let l = (0..self.nodes.len())
@@ -807,18 +632,6 @@ impl World {
             "Liveness",
             format!("{} of {kills} failovers completed", times.len()),
         ))
-    }
-
-    fn stop_faults(&mut self) -> Result<(), Violation> {
-        self.faults_on = false;
-        self.note(|| "faults stop; heal and restart all".into());
-        self.group.iter_mut().for_each(|g| *g = 0);
-        for i in 0..self.nodes.len() {
-            if self.nodes[i].peer.is_none() {
-                self.start(i)?;
-            }
-        }
-        Ok(())
     }
 
     /// The simulated observers read their relays (everything when `all`).
@@ -864,60 +677,24 @@ impl World {
     fn final_checks(&mut self) -> Result<(), Violation> {
         self.check_acked_durable()?;
         self.server_final_checks()?;
-        // Agreement at the end: everyone delivered the same sequence, and it holds
-        // every acknowledged transaction (no acknowledged proposal is lost).
-        let first = self.nodes[0].sm.clone();
-        for n in &self.nodes {
-            if n.sm != first {
-                return Err(violation(
-                    "Agreement",
-                    format!(
-                        "{:?} delivered {} txns, {:?} {}",
-                        n.id,
-                        n.sm.len(),
-                        self.nodes[0].id,
-                        first.len()
-                    ),
-                ));
-            }
-        }
-        let delivered: BTreeMap<Zxid, u64> = first.iter().copied().collect();
-        for (z, id) in &self.checker.acked {
-            if delivered.get(z) != Some(id) {
-                return Err(violation(
-                    "AckedNotLost",
-                    format!("acknowledged {z}={id} is not in the converged history"),
-                ));
-            }
-        }
-        Ok(())
+        let delivered: Vec<(PeerId, &[(Zxid, u64)])> =
+            self.nodes.iter().map(|n| (n.id, n.sm.as_slice())).collect();
+        self.checker.converged_history(&delivered)
     }
 
     /// Every acknowledged txn is on at least one disk at all times, and on a
-    /// quorum of disks when it is acknowledged (checked in `on_ack`).
+    /// quorum of disks when it is acknowledged (checked in `apply`).
     fn check_acked_durable(&self) -> Result<(), Violation> {
-        for (z, id) in &self.checker.acked {
-            if !self.nodes.iter().any(|n| n.disk.holds(*z, *id)) {
-                return Err(violation(
-                    "AckedNotLost",
-                    format!("acknowledged {z}={id} is on no disk"),
-                ));
-            }
-        }
-        Ok(())
+        self.checker
+            .acked_on_some_disk(self.nodes.iter().map(|n| &n.disk))
     }
 
     fn dispatch(&mut self, ev: Event) -> Result<(), Violation> {
         match ev {
-            Event::Deliver { to, from, msg } => {
-                self.hash = fnv(fnv(self.hash, self.now), (to * 16 + from) as u64);
-                self.deliver(to, from, msg)
-            }
             Event::StorageDone { node, incarnation } => {
                 if self.nodes[node].incarnation != incarnation || self.nodes[node].peer.is_none() {
                     return Ok(());
                 }
-                self.nodes[node].done_scheduled = false;
                 self.complete_storage(node)
             }
             Event::Tick { node, incarnation } => {
@@ -943,7 +720,7 @@ impl World {
             }
             Event::Partition => self.partition(),
             Event::Heal => {
-                self.group.iter_mut().for_each(|g| *g = 0);
+                self.net.heal();
                 self.note(|| "heal".into());
                 Ok(())
             }
@@ -981,99 +758,37 @@ impl World {
         }
     }
 
-    /// Tells `to` that its connection to `peer` ended, after everything already
-    /// on its way from `peer` (a stream's end follows its data), and before
-    /// anything `peer` sends later (which travels on a new connection).
-    fn schedule_link_down(&mut self, to: usize, peer: usize) {
-        let at = self.now + self.rng.random_range(1..5);
-        let last = self.link_last.entry((peer, to)).or_insert(0);
-        let at = at.max(*last);
-        *last = at;
-        let incarnation = self.nodes[to].incarnation;
-        self.schedule(
-            at,
-            Event::LinkDown {
-                to,
-                peer,
-                incarnation,
-            },
-        );
-    }
-
-    /// Resets the connection between two random peers: what is in flight on it
-    /// is lost and both ends are told. A lone peer (a single voter without
-    /// observer members, as standalone rzk runs) has no connection to reset.
-    fn link_reset(&mut self) -> Result<(), Violation> {
-        if !self.faults_on {
+    /// A message arrives at its node: it is taken if the node is up and the
+    /// network lets it through. A sync step may crash its learner right
+    /// after (covering an interruption at each step of every sync mode).
+    fn deliver(&mut self, p: Packet<Message>) -> Result<(), Violation> {
+        let Packet { from, to, msg } = p;
+        self.hash = fnv(fnv(self.hash, self.now), (to * 16 + from) as u64);
+        if self.nodes[to].peer.is_none() || !self.net.reaches(from, to) {
             return Ok(());
         }
-        let (lo, hi) = self.opts.link_reset_interval_ms;
-        let at = self.now + self.rng.random_range(lo..hi);
-        self.schedule(at, Event::LinkReset);
-        let n = self.nodes.len();
-        if n < 2 {
-            // Checked after the draws every run makes, so runs of two or more
-            // peers draw exactly what they drew before single peers ran.
-            return Ok(());
+        if let Message::Session {
+            msg: SessionMsg::Inform { .. },
+            ..
+        } = &msg
+        {
+            self.report.informs += 1;
         }
-        let a = self.rng.random_range(0..n);
-        let b = (a + self.rng.random_range(1..n)) % n;
-        let lost: Vec<(u64, u64)> = self
-            .events
-            .iter()
-            .filter(|(_, ev)| {
-                matches!(ev, Event::Deliver { to, from, .. }
-                    if (*to, *from) == (a, b) || (*to, *from) == (b, a))
-            })
-            .map(|(k, _)| *k)
-            .collect();
-        let (ia, ib) = (self.nodes[a].id, self.nodes[b].id);
-        let count = lost.len();
-        self.note(|| format!("link {ia:?}-{ib:?} reset ({count} messages lost)"));
-        for k in lost {
-            self.events.remove(&k);
-        }
-        for (to, peer) in [(a, b), (b, a)] {
-            if self.nodes[to].peer.is_some() {
-                self.schedule_link_down(to, peer);
-            }
-        }
-        Ok(())
-    }
-
-    fn deliver(&mut self, to: usize, from: usize, msg: Message) -> Result<(), Violation> {
-        if self.nodes[to].peer.is_none() || self.group[to] != self.group[from] {
-            return Ok(());
-        }
-        let sync_step = match &msg {
-            Message::Session { msg, .. } => match msg {
-                SessionMsg::Diff { .. } => Some(0),
-                SessionMsg::Trunc { .. } => Some(1),
-                SessionMsg::Snap { .. } => Some(2),
-                SessionMsg::SnapChunk { .. } => Some(4),
-                SessionMsg::NewLeader { .. } | SessionMsg::Proposal { .. } => Some(3),
-                SessionMsg::Inform { .. } => {
-                    self.report.informs += 1;
-                    None
-                }
-                _ => None,
-            },
-            Message::Notification(_) => None,
+        let Some(k) = sync_step(&msg) else {
+            return self.step_deliver(to, from, msg);
         };
-        if let Some(k) = sync_step {
-            if k < 3 {
-                self.report.syncs[k] += 1;
-            }
-            if k == 4 && !self.rng.random_bool(0.1) {
-                // Crashes mid-transfer, but not at every chunk.
-                return self.step_deliver(to, from, msg);
-            }
-            // Crash right after a sync step, before its writes complete: covers
-            // an interruption at each step of every sync mode.
-            if self.faults_on && self.opts.crashes && self.rng.random_bool(self.opts.sync_crash) {
-                let at = self.now + self.rng.random_range(0..3);
-                self.schedule(at, Event::Crash { node: to });
-            }
+        if k < 3 {
+            self.report.syncs[k] += 1;
+        }
+        if k == 4 && !self.rng.random_bool(0.1) {
+            // Crashes mid-transfer, but not at every chunk.
+            return self.step_deliver(to, from, msg);
+        }
+        // Crash right after a sync step, before its writes complete: covers
+        // an interruption at each step of every sync mode.
+        if self.faults_on && self.opts.crashes && self.rng.random_bool(self.opts.sync_crash) {
+            let at = self.now + self.rng.random_range(0..3);
+            self.schedule(at, Event::Crash { node: to });
         }
         self.step_deliver(to, from, msg)
     }
@@ -1120,199 +835,187 @@ impl World {
         Ok(())
     }
 
+    /// Carries out one output of node `i`'s core (the server core sees the
+    /// output first in server-level runs).
     fn handle_output(&mut self, i: usize, o: Output) -> Result<(), Violation> {
         if self.server.is_some() {
             self.server_on_output(i, &o)?;
         }
         match o {
             Output::Send { to, msg } => self.send(i, to, msg),
-            Output::Refused { peer, msg, reason } => {
-                self.report.refused += 1;
-                let id = self.nodes[i].id;
-                self.note(|| format!("{id:?} refused {msg} from {peer:?}: {reason}"));
-                Ok(())
-            }
-            Output::Storage { op, cmd } => {
-                self.hash = fnv(self.hash, op.0);
-                self.nodes[i].inflight.push_back((op, cmd));
-                if !self.nodes[i].done_scheduled {
-                    self.nodes[i].done_scheduled = true;
-                    let at = self.now + self.rng.random_range(1..6);
-                    let incarnation = self.nodes[i].incarnation;
-                    self.schedule(
-                        at,
-                        Event::StorageDone {
-                            node: i,
-                            incarnation,
-                        },
-                    );
-                }
-                Ok(())
-            }
-            Output::ApplySnapshot { snapshot } => {
-                let zxid = snapshot.zxid;
-                let Some(data) = self.nodes[i].disk.snapshot_bytes(&snapshot) else {
-                    return Err(violation(
-                        "SnapshotIntegrity",
-                        format!(
-                            "{:?} applies snapshot {zxid}, not on its disk",
-                            self.nodes[i].id
-                        ),
-                    ));
-                };
-                // A server-level snapshot file holds the server's tree too.
-                let data = if self.server.is_some() {
-                    server::sm_part(&data)
-                } else {
-                    data
-                };
-                let seq = sm_decode(&data);
-                if seq.last().map(|s| s.0).unwrap_or(Zxid::ZERO) != zxid {
-                    return Err(violation(
-                        "SnapshotIntegrity",
-                        format!("snapshot named {zxid} holds {:?}", seq.last()),
-                    ));
-                }
-                self.checker.on_snapshot(self.nodes[i].id, &seq)?;
-                self.nodes[i].sm = seq;
-                Ok(())
-            }
+            Output::Refused { peer, msg, reason } => self.on_refused(i, peer, msg, reason),
+            Output::Storage { op, cmd } => self.on_storage(i, op, cmd),
+            Output::ApplySnapshot { snapshot } => self.on_apply_snapshot(i, snapshot),
             Output::Apply(entries) => self.apply(i, entries),
-            Output::Read { id, cmd } => {
-                let result = match cmd.clone() {
-                    ReadCmd::SnapshotChunk {
-                        snapshot,
-                        offset,
-                        len,
-                    } => match self.nodes[i].disk.snapshot_bytes(&snapshot) {
-                        Some(b) => {
-                            self.nodes[i].disk.touch_open(&snapshot);
-                            let start = (offset as usize).min(b.len());
-                            let end = (start + len).min(b.len());
-                            Ok(ReadData::SnapshotChunk(b.slice(start..end)))
-                        }
-                        None => Err(format!("snapshot {} is gone", snapshot.zxid)),
-                    },
-                    ReadCmd::Log {
-                        after,
-                        entries_max,
-                        bytes_max,
-                    } => self.read_log(i, after, entries_max, bytes_max),
-                };
-                let pid = self.nodes[i].id;
-                self.note(|| {
-                    let what = match &result {
-                        Ok(ReadData::Log(es)) => format!(
-                            "{} entries, {:?} to {:?}",
-                            es.len(),
-                            es.first().map(|e| e.zxid),
-                            es.last().map(|e| e.zxid)
-                        ),
-                        Ok(ReadData::SnapshotChunk(b)) => format!("{} bytes", b.len()),
-                        Err(e) => format!("error: {e}"),
-                    };
-                    format!("{pid:?} read {cmd:?}: {what}")
-                });
-                let at = self.now + self.rng.random_range(0..4);
-                let incarnation = self.nodes[i].incarnation;
-                self.schedule(
-                    at,
-                    Event::ReadDone {
-                        node: i,
-                        incarnation,
-                        id,
-                        result,
-                    },
-                );
-                Ok(())
-            }
-            Output::Proposed { id, zxid } => {
-                let payload = self.nodes[i].proposed.get(&id).copied().unwrap_or(0);
-                let who = self.nodes[i].id;
-                self.note(|| format!("{who:?} proposed {zxid}={payload}"));
-                let delivered = self.nodes[i].sm.len();
-                // A proposal of an epoch after an uncommitted rollover proposal is
-                // tentative (never written until the rollover commits); it is a
-                // primary's broadcast only within the established epoch.
-                let primary = self.nodes[i].leading.is_some_and(|e| zxid.epoch() <= e);
-                self.checker.on_broadcast(
-                    self.nodes[i].id,
-                    zxid,
-                    payload,
-                    primary.then_some(delivered),
-                )
-            }
+            Output::Read { id, cmd } => self.on_read(i, id, cmd),
+            Output::Proposed { id, zxid } => self.on_proposed(i, id, zxid),
             Output::ProposeFailed { id, .. } => {
                 self.nodes[i].proposed.remove(&id);
                 Ok(())
             }
-            Output::SyncDone { id, zxid } => {
-                let Some(before) = self.nodes[i].syncs.remove(&id) else {
-                    return Ok(());
-                };
-                let applied = self.nodes[i].sm.last().map(|s| s.0).unwrap_or(Zxid::ZERO);
-                if zxid < before || applied < zxid {
-                    return Err(violation(
-                        "SyncLinearizable",
-                        format!(
-                            "{:?} sync barrier {zxid}, applied {applied}, but {before} was acknowledged before the sync",
-                            self.nodes[i].id
-                        ),
-                    ));
-                }
-                self.report.sync_barriers += 1;
-                Ok(())
-            }
+            Output::SyncDone { id, zxid } => self.on_sync_done(i, id, zxid),
             Output::SyncFailed { id, .. } => {
-                self.nodes[i].syncs.remove(&id);
+                self.clients.sync_failed(i, id);
                 Ok(())
             }
             // The simulated clients do not forward messages (yet).
             Output::Forwarded { .. } => Ok(()),
-            Output::RoleChanged { role, epoch, .. } => {
-                let id = self.nodes[i].id;
-                let last = self.nodes[i].disk.last();
-                self.note(|| format!("{id:?} role {role:?} epoch {epoch} disk {last}"));
-                let fresh = self.nodes[i].leading.is_none();
-                self.nodes[i].leading = (role == Role::Leader).then_some(epoch);
-                // ObserverRole: an observer member is only ever an observer (or
-                // looking), a voter never one.
-                let observer = i >= self.voters;
-                if role == Role::Observer {
-                    self.report.member_syncs += 1;
-                }
-                let fits = match role {
-                    Role::Looking => true,
-                    Role::Observer => observer,
-                    Role::Leader | Role::Follower => !observer,
-                };
-                if !fits {
-                    return Err(violation(
-                        "ObserverRole",
-                        format!("{id:?} (observer member: {observer}) became {role:?}"),
-                    ));
-                }
-                if role == Role::Leader {
-                    self.check_voter_quorum_for(i, epoch, fresh)?;
-                    self.checker.on_established(id, epoch)?;
-                    // LeaderLogCompleteness (§8.4): an established leader's durable
-                    // history holds every acknowledged transaction.
-                    let disk = &self.nodes[i].disk;
-                    if let Some((z, v)) = self
-                        .checker
-                        .acked
-                        .iter()
-                        .find(|(z, v)| !disk.holds(**z, **v))
-                    {
-                        return Err(violation(
-                            "LeaderLogCompleteness",
-                            format!("{id:?} established epoch {epoch} without acknowledged {z}={v} (disk ends at {})", disk.last()),
-                        ));
-                    }
-                }
-                Ok(())
-            }
+            Output::RoleChanged { role, epoch, .. } => self.on_role_changed(i, role, epoch),
         }
+    }
+
+    fn on_refused(
+        &mut self,
+        i: usize,
+        peer: PeerId,
+        msg: &'static str,
+        reason: Refusal,
+    ) -> Result<(), Violation> {
+        self.report.refused += 1;
+        let id = self.nodes[i].id;
+        self.note(|| format!("{id:?} refused {msg} from {peer:?}: {reason}"));
+        Ok(())
+    }
+
+    /// A storage command is issued; the first one since the last completion
+    /// schedules the next completion (group commit).
+    fn on_storage(&mut self, i: usize, op: OpId, cmd: StorageCmd) -> Result<(), Violation> {
+        self.hash = fnv(self.hash, op.0);
+        if self.nodes[i].disk.issue(op, cmd) {
+            let at = self.now + self.rng.random_range(1..6);
+            let incarnation = self.nodes[i].incarnation;
+            self.schedule(
+                at,
+                Event::StorageDone {
+                    node: i,
+                    incarnation,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// The state machine loads a snapshot from the disk: it must be there,
+    /// and hold a prefix of the delivered history ending at its zxid.
+    fn on_apply_snapshot(&mut self, i: usize, snapshot: SnapshotRef) -> Result<(), Violation> {
+        let zxid = snapshot.zxid;
+        let Some(data) = self.nodes[i].disk.snapshot_bytes(&snapshot) else {
+            return Err(violation(
+                "SnapshotIntegrity",
+                format!(
+                    "{:?} applies snapshot {zxid}, not on its disk",
+                    self.nodes[i].id
+                ),
+            ));
+        };
+        // A server-level snapshot file holds the server's tree too.
+        let data = if self.server.is_some() {
+            server::sm_part(&data)
+        } else {
+            data
+        };
+        let seq = sm_decode(&data);
+        if seq.last().map(|s| s.0).unwrap_or(Zxid::ZERO) != zxid {
+            return Err(violation(
+                "SnapshotIntegrity",
+                format!("snapshot named {zxid} holds {:?}", seq.last()),
+            ));
+        }
+        self.checker.on_snapshot(self.nodes[i].id, &seq)?;
+        self.nodes[i].sm = seq;
+        Ok(())
+    }
+
+    /// A read of the disk, answered a little later (reads complete in any
+    /// order).
+    fn on_read(&mut self, i: usize, id: ReadId, cmd: ReadCmd) -> Result<(), Violation> {
+        let disk = &mut self.nodes[i].disk;
+        let result = match cmd.clone() {
+            ReadCmd::SnapshotChunk {
+                snapshot,
+                offset,
+                len,
+            } => disk
+                .read_snapshot_chunk(&snapshot, offset, len)
+                .map(ReadData::SnapshotChunk),
+            ReadCmd::Log {
+                after,
+                entries_max,
+                bytes_max,
+            } => disk.read_log(after, entries_max, bytes_max).map(|out| {
+                self.report.log_reads += 1;
+                self.report.log_read_entries += out.len() as u64;
+                ReadData::Log(out)
+            }),
+        };
+        let pid = self.nodes[i].id;
+        self.note(|| {
+            let what = match &result {
+                Ok(ReadData::Log(es)) => format!(
+                    "{} entries, {:?} to {:?}",
+                    es.len(),
+                    es.first().map(|e| e.zxid),
+                    es.last().map(|e| e.zxid)
+                ),
+                Ok(ReadData::SnapshotChunk(b)) => format!("{} bytes", b.len()),
+                Err(e) => format!("error: {e}"),
+            };
+            format!("{pid:?} read {cmd:?}: {what}")
+        });
+        let at = self.now + self.rng.random_range(0..4);
+        let incarnation = self.nodes[i].incarnation;
+        self.schedule(
+            at,
+            Event::ReadDone {
+                node: i,
+                incarnation,
+                id,
+                result,
+            },
+        );
+        Ok(())
+    }
+
+    /// A leader gave a proposal its zxid: a primary's broadcast.
+    fn on_proposed(&mut self, i: usize, id: u64, zxid: Zxid) -> Result<(), Violation> {
+        let payload = self.nodes[i].proposed.get(&id).copied().unwrap_or(0);
+        let who = self.nodes[i].id;
+        self.note(|| format!("{who:?} proposed {zxid}={payload}"));
+        let delivered = self.nodes[i].sm.len();
+        // A proposal of an epoch after an uncommitted rollover proposal is
+        // tentative (never written until the rollover commits); it is a
+        // primary's broadcast only within the established epoch.
+        let primary = self.nodes[i].leading.is_some_and(|e| zxid.epoch() <= e);
+        self.checker.on_broadcast(
+            self.nodes[i].id,
+            zxid,
+            payload,
+            primary.then_some(delivered),
+        )
+    }
+
+    /// A core changed role: an observer member only ever observes, and an
+    /// established leader has a quorum of voters behind its epoch and every
+    /// acknowledged transaction on its disk.
+    fn on_role_changed(&mut self, i: usize, role: Role, epoch: Epoch) -> Result<(), Violation> {
+        let id = self.nodes[i].id;
+        let last = self.nodes[i].disk.last();
+        self.note(|| format!("{id:?} role {role:?} epoch {epoch} disk {last}"));
+        let fresh = self.nodes[i].leading.is_none();
+        self.nodes[i].leading = (role == Role::Leader).then_some(epoch);
+        let observer = i >= self.voters;
+        if role == Role::Observer {
+            self.report.member_syncs += 1;
+        }
+        checker::role_fits(id, observer, role)?;
+        if role != Role::Leader {
+            return Ok(());
+        }
+        let voter_disks = self.nodes[..self.voters].iter().map(|n| &n.disk);
+        checker::voter_quorum_behind(id, epoch, fresh, voter_disks)?;
+        self.checker.on_established(id, epoch)?;
+        self.checker
+            .leader_log_complete(id, epoch, &self.nodes[i].disk)
     }
 
     fn apply(&mut self, i: usize, entries: Vec<Entry>) -> Result<(), Violation> {
@@ -1337,22 +1040,8 @@ impl World {
                 .is_some_and(|p| p.role() == Role::Leader)
                 && self.nodes[i].proposed.values().any(|v| *v == pid);
             if mine {
-                // Only voters' disks count: an observer's copy is no part of a
-                // quorum (ObserversNotCounted, issue 12).
-                let holders = self.nodes[..self.voters]
-                    .iter()
-                    .filter(|n| n.disk.holds(e.zxid, pid))
-                    .count();
-                let quorum = self.voters / 2 + 1;
-                if holders < quorum {
-                    return Err(violation(
-                        "DurableBeforeAck",
-                        format!(
-                            "{id:?} acknowledged {} with {holders} durable copies",
-                            e.zxid
-                        ),
-                    ));
-                }
+                let voter_disks = self.nodes[..self.voters].iter().map(|n| &n.disk);
+                checker::durable_on_quorum(id, e.zxid, pid, voter_disks)?;
                 self.nodes[i].proposed.retain(|_, v| *v != pid);
                 self.nodes[i].acks += 1;
                 self.checker.on_ack(e.zxid, pid);
@@ -1361,85 +1050,11 @@ impl World {
         Ok(())
     }
 
-    /// A leader is established only with a quorum of *voters* behind its
-    /// epoch: at a fresh establishment a quorum of voters' disks hold
-    /// currentEpoch >= epoch (their NEWLEADER acks); at a rollover, acceptedEpoch
-    /// >= epoch (the fence). Observers' disks never count (ObserversNotCounted).
-    fn check_voter_quorum_for(
-        &self,
-        i: usize,
-        epoch: rzk_zxid::Epoch,
-        fresh: bool,
-    ) -> Result<(), Violation> {
-        let behind = self.nodes[..self.voters]
-            .iter()
-            .filter(|n| {
-                let ep = n.disk.epochs;
-                if fresh {
-                    ep.current >= epoch
-                } else {
-                    ep.accepted >= epoch
-                }
-            })
-            .count();
-        if behind < self.voters / 2 + 1 {
-            return Err(violation(
-                "ObserversNotCounted",
-                format!(
-                    "{:?} established epoch {epoch} with {behind} of {} voters behind it",
-                    self.nodes[i].id, self.voters
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// I1: what a message claims about the sender's history is on its disk.
-    fn check_claims(&self, i: usize, msg: &Message) -> Result<(), Violation> {
-        let n = &self.nodes[i];
-        let disk_last = n.disk.last();
-        let ep = n.disk.epochs;
-        let bad = |what: String| Err(violation("AdvertisedDurable", format!("{:?} {what}", n.id)));
-        match msg {
-            Message::Notification(nt) => {
-                if nt.state == PeerState::Looking
-                    && nt.vote.leader == n.id
-                    && (nt.vote.zxid > disk_last || nt.vote.peer_epoch > ep.current)
-                {
-                    return bad(format!(
-                        "voted for itself with {} / epoch {} but its disk ends at {disk_last} / epoch {}",
-                        nt.vote.zxid, nt.vote.peer_epoch, ep.current
-                    ));
-                }
-                Ok(())
-            }
-            Message::Session { msg, .. } => match msg {
-                SessionMsg::FollowerInfo { accepted_epoch, .. } if *accepted_epoch > ep.accepted => {
-                    bad(format!("FOLLOWERINFO with acceptedEpoch {accepted_epoch} > disk {}", ep.accepted))
-                }
-                SessionMsg::AckEpoch {
-                    current_epoch,
-                    last_zxid,
-                    ..
-                } if *last_zxid != disk_last || *current_epoch > ep.current => bad(format!(
-                    "ACKEPOCH claims {last_zxid} / epoch {current_epoch}, disk has {disk_last} / epoch {}",
-                    ep.current
-                )),
-                SessionMsg::Ack { upto } if *upto > disk_last => {
-                    bad(format!("ACK {upto} beyond its disk {disk_last}"))
-                }
-                SessionMsg::AckNewLeader { epoch } if *epoch > ep.current => bad(format!(
-                    "NEWLEADER ACK for epoch {epoch} with currentEpoch {} on disk",
-                    ep.current
-                )),
-                _ => Ok(()),
-            },
-        }
-    }
-
+    /// Node `i` sends a message: I1 is checked against its disk, a SNAP chunk
+    /// may be corrupted on the way, and the network carries it.
     fn send(&mut self, i: usize, to: PeerId, mut msg: Message) -> Result<(), Violation> {
         if self.opts.check_claims {
-            self.check_claims(i, &msg)?;
+            checker::claims_on_disk(self.nodes[i].id, &self.nodes[i].disk, &msg)?;
         }
         if let Message::Session {
             msg: SessionMsg::SnapChunk { data, .. },
@@ -1458,41 +1073,16 @@ impl World {
             }
         }
         let to = (to.0 - 1) as usize;
-        if self.faults_on && self.rng.random_bool(self.opts.loss) {
-            return Ok(());
-        }
-        let mut at = self.now + self.rng.random_range(1..8);
-        if self.faults_on && self.rng.random_bool(0.03) {
-            at += self.rng.random_range(10..60);
-        }
-        let reorder = self.faults_on && self.rng.random_bool(self.opts.reorder);
-        let last = self.link_last.entry((i, to)).or_insert(0);
-        if !reorder {
-            at = at.max(*last);
-            *last = at;
-        }
-        let copies = if self.faults_on && self.rng.random_bool(self.opts.duplicate) {
-            2
-        } else {
-            1
-        };
-        for c in 0..copies {
-            let at = at + c * self.rng.random_range(0..20);
-            self.schedule(
-                at,
-                Event::Deliver {
-                    to,
-                    from: i,
-                    msg: msg.clone(),
-                },
-            );
-        }
+        let packet = Packet { from: i, to, msg };
+        let faulty = self.faults_on;
+        self.net
+            .send(&mut self.rng, &mut self.seq, self.now, faulty, packet);
         Ok(())
     }
 
     /// Group commit: every command issued so far becomes durable.
     fn complete_storage(&mut self, i: usize) -> Result<(), Violation> {
-        let cmds: Vec<(OpId, StorageCmd)> = self.nodes[i].inflight.drain(..).collect();
+        let cmds = self.nodes[i].disk.take_unsynced();
         let mut done = None;
         for (op, cmd) in cmds {
             if self.apply_to_disk(i, cmd, usize::MAX)? {
@@ -1513,116 +1103,22 @@ impl World {
         }
     }
 
-    /// Applies a command to the disk, checking the disk-level properties;
-    /// `false` if storage refuses it (a received snapshot that does not
-    /// verify: nothing changes). `keep` limits how many entries of an append
-    /// reach the disk (a torn write).
+    /// Executes a command on node `i`'s disk ([`Disk::execute`]); a long
+    /// trace shows every change of epochs.
     fn apply_to_disk(&mut self, i: usize, cmd: StorageCmd, keep: usize) -> Result<bool, Violation> {
         let id = self.nodes[i].id;
-        let checker = &mut self.checker;
-        let disk = &mut self.nodes[i].disk;
-        match cmd {
-            StorageCmd::Append(entries) => {
-                for e in entries.into_iter().take(keep) {
-                    if !e.zxid.is_next(disk.last()) {
-                        return Err(violation(
-                            "LogContiguity",
-                            format!("{id:?} appended {} after {}: zxids must strictly increase without gaps (I3)", e.zxid, disk.last()),
-                        ));
-                    }
-                    if e.zxid.epoch() > disk.epochs.accepted {
-                        return Err(violation(
-                            "EpochFence",
-                            format!(
-                                "{id:?} wrote {} with acceptedEpoch {}",
-                                e.zxid, disk.epochs.accepted
-                            ),
-                        ));
-                    }
-                    checker.on_write(id, e.zxid, payload_id(&e))?;
-                    disk.log.push(e);
-                }
+        if let StorageCmd::SaveEpochs(ep) = &cmd {
+            if self.opts.trace_lines > 1000 {
+                let line = format!(
+                    "{:>6} {id:?} epochs {:?} disk last {}",
+                    self.now,
+                    ep,
+                    self.nodes[i].disk.last()
+                );
+                self.ring.push_back(line);
             }
-            StorageCmd::TruncateAfter(z) => {
-                for e in disk.log.iter().filter(|e| e.zxid > z) {
-                    if checker.acked.get(&e.zxid) == Some(&payload_id(e)) {
-                        return Err(violation(
-                            "CommittedLogDurability",
-                            format!("{id:?} truncated acknowledged {}", e.zxid),
-                        ));
-                    }
-                }
-                disk.log.retain(|e| e.zxid <= z);
-            }
-            StorageCmd::ReceiveSnapshot(r) => disk.incoming = Some((r, Vec::new())),
-            StorageCmd::SnapshotChunk { offset, data } => match disk.incoming.as_mut() {
-                Some((_, buf)) if offset == buf.len() as u64 => buf.extend_from_slice(&data),
-                _ => return Ok(false),
-            },
-            StorageCmd::AbortSnapshot => disk.incoming = None,
-            StorageCmd::InstallSnapshot(r) => {
-                let zxid = r.zxid;
-                let data = match disk.incoming.take() {
-                    Some((s, buf)) if s == r => buf,
-                    _ if r.size_bytes == 0 => Vec::new(),
-                    _ => return Ok(false),
-                };
-                if data.len() as u64 != r.size_bytes || checksum(&data) != r.crc {
-                    return Ok(false);
-                }
-                if zxid.epoch() > disk.epochs.accepted {
-                    return Err(violation(
-                        "EpochFence",
-                        format!(
-                            "{id:?} installed a snapshot at {zxid} with acceptedEpoch {}",
-                            disk.epochs.accepted
-                        ),
-                    ));
-                }
-                disk.install_snapshot(r, Bytes::from(data));
-            }
-            StorageCmd::SaveEpochs(ep) => {
-                let old = disk.epochs;
-                if self.opts.trace_lines > 1000 {
-                    let line = format!(
-                        "{:>6} {id:?} epochs {:?} disk last {}",
-                        self.now,
-                        ep,
-                        disk.last()
-                    );
-                    self.ring.push_back(line);
-                }
-                if ep.accepted < old.accepted
-                    || ep.current < old.current
-                    || ep.current > ep.accepted
-                {
-                    return Err(violation(
-                        "EpochMonotonicity",
-                        format!("{id:?} epochs {old:?} -> {ep:?}"),
-                    ));
-                }
-                disk.epochs = ep;
-            }
-            StorageCmd::BeginSync { .. } => disk.marker = true,
-            StorageCmd::EndSync => disk.marker = false,
         }
-        Ok(true)
-    }
-
-    fn crash(&mut self, i: usize) -> Result<(), Violation> {
-        if self.faults_on {
-            let (lo, hi) = self.opts.crash_interval_ms;
-            let at = self.now + self.rng.random_range(lo..hi);
-            let node = self.rng.random_range(0..self.nodes.len());
-            self.schedule(at, Event::Crash { node });
-        }
-        if self.nodes[i].peer.is_none() || !self.faults_on {
-            return Ok(());
-        }
-        self.kill(i)?;
-        let at = self.now + self.rng.random_range(50..800);
-        self.schedule(at, Event::Restart { node: i });
-        Ok(())
+        self.nodes[i].disk.execute(id, cmd, keep, &mut self.checker)
     }
 
     /// Adds peer `i`'s SNAP figures to the report (before it stops).
@@ -1634,144 +1130,6 @@ impl World {
         self.report.snaps_outlived_snapshot += w.snaps_outlived_snapshot;
         self.report.snap_tails_from_disk += w.snap_tails_from_disk;
         self.report.snaps_purged += w.snaps_purged;
-    }
-
-    /// Stops peer `i` as a kill -9 or a power loss does.
-    fn kill(&mut self, i: usize) -> Result<(), Violation> {
-        self.report.crashes += 1;
-        // A prefix of the commands not yet completed survives; the last surviving
-        // append may be torn (only some of its records made it).
-        let cmds: Vec<(OpId, StorageCmd)> = self.nodes[i].inflight.drain(..).collect();
-        let survive = self.rng.random_range(0..=cmds.len());
-        let torn = self.rng.random_range(0..4);
-        let n = cmds.len();
-        self.note(|| {
-            format!(
-                "crash {} ({survive} of {n} unsynced commands survive)",
-                i + 1
-            )
-        });
-        for (k, (_, cmd)) in cmds.into_iter().take(survive).enumerate() {
-            let keep = if k + 1 == survive { torn } else { usize::MAX };
-            self.apply_to_disk(i, cmd, keep)?;
-        }
-        self.harvest(i);
-        self.nodes[i].peer = None;
-        if self.server.is_some() {
-            self.server_kill(i);
-        }
-        self.relays.drop_relay(i);
-        self.notice_crash(i);
-        Ok(())
-    }
-
-    /// The peers that can reach crashed `i` learn of it from their transport
-    /// (most of the time: a crash can also be silent).
-    fn notice_crash(&mut self, i: usize) {
-        for j in 0..self.nodes.len() {
-            if j == i || self.nodes[j].peer.is_none() || self.group[j] != self.group[i] {
-                continue;
-            }
-            if self.rng.random_bool(self.opts.disconnect_notice) {
-                self.schedule_link_down(j, i);
-            }
-        }
-    }
-
-    fn partition(&mut self) -> Result<(), Violation> {
-        if !self.faults_on {
-            return Ok(());
-        }
-        self.report.partitions += 1;
-        for g in self.group.iter_mut() {
-            *g = self.rng.random_range(0..2);
-        }
-        let groups = self.group.clone();
-        self.note(|| format!("partition {groups:?}"));
-        let heal = self.now + self.rng.random_range(100..1500);
-        self.schedule(heal, Event::Heal);
-        let (lo, hi) = self.opts.partition_gap_ms;
-        let next = heal + self.rng.random_range(lo..hi);
-        self.schedule(next, Event::Partition);
-        Ok(())
-    }
-
-    fn client(&mut self) -> Result<(), Violation> {
-        if !self.faults_on {
-            return Ok(());
-        }
-        let at = self.now + self.rng.random_range(2..25);
-        self.schedule(at, Event::Client);
-        let leaders: Vec<usize> = (0..self.nodes.len())
-            .filter(|i| {
-                self.nodes[*i]
-                    .peer
-                    .as_ref()
-                    .is_some_and(|p| p.role() == Role::Leader)
-            })
-            .collect();
-        for i in leaders {
-            let k = self.rng.random_range(1..4);
-            let mut batch = Vec::new();
-            for _ in 0..k {
-                let pid = self.next_payload;
-                self.next_payload += 1;
-                let rid = self.next_request;
-                self.next_request += 1;
-                self.nodes[i].proposed.insert(rid, pid);
-                batch.push((rid, Bytes::copy_from_slice(&pid.to_le_bytes())));
-            }
-            self.step(i, Input::Propose(batch))?;
-        }
-        Ok(())
-    }
-
-    fn client_sync(&mut self) -> Result<(), Violation> {
-        if !self.faults_on {
-            return Ok(());
-        }
-        let at = self.now + self.rng.random_range(20..200);
-        self.schedule(at, Event::ClientSync);
-        let i = self.rng.random_range(0..self.nodes.len());
-        if self.nodes[i].peer.is_none() {
-            return Ok(());
-        }
-        let rid = self.next_request;
-        self.next_request += 1;
-        let before = self.checker.acked_max;
-        self.nodes[i].syncs.insert(rid, before);
-        self.step(i, Input::Sync { id: rid })
-    }
-
-    /// A `ReadCmd::Log`: the durable entries after `after`, bounded like the
-    /// driver's. A zxid the disk no longer holds (purged by a snapshot) is an
-    /// error, as in `rzk-wal`.
-    fn read_log(
-        &mut self,
-        i: usize,
-        after: Zxid,
-        entries_max: usize,
-        bytes_max: usize,
-    ) -> Result<ReadData, String> {
-        let disk = &self.nodes[i].disk;
-        if after < disk.log_start {
-            return Err(format!(
-                "{after} is purged (the log starts at {})",
-                disk.log_start
-            ));
-        }
-        let from = disk.log.partition_point(|e| e.zxid <= after);
-        let (mut out, mut bytes) = (Vec::new(), 0usize);
-        for e in &disk.log[from..] {
-            if out.len() >= entries_max || (!out.is_empty() && bytes >= bytes_max) {
-                break;
-            }
-            bytes += e.payload.len();
-            out.push(e.clone());
-        }
-        self.report.log_reads += 1;
-        self.report.log_read_entries += out.len() as u64;
-        Ok(ReadData::Log(out))
     }
 
     fn snapshot(&mut self) -> Result<(), Violation> {
