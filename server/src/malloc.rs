@@ -11,7 +11,7 @@
 //! given up with the first chunk. After the first snapshot every block below
 //! that size comes from the heap, and when it is freed it leaves a hole among
 //! the znodes allocated around it that the heap can neither return nor fill
-//! with blocks as large. Measured with `benches/znode-rss.sh` (200,000 znodes
+//! with blocks as large. Measured with `benches/run znode-rss` (200,000 znodes
 //! of 128 B, 2026-12-05, load average 7–10): 188–220 B of RSS per znode
 //! beyond its path and data with the dynamic threshold, 154–159 B with it
 //! fixed at 128 KiB, 2 MiB or 4 MiB; with 1,000,000 znodes 194 → 136 B.
@@ -60,7 +60,7 @@ pub fn fix_mmap_threshold() -> MmapThreshold {
 /// live ones, not only the heap's top). The core calls it once a snapshot is
 /// saved: the snapshot's output chunks (1.25 MiB each, below the threshold)
 /// were freed by then, and left a hole of up to a few MiB among the znodes
-/// allocated meanwhile (`benches/znode-rss.sh` with 200,000 znodes read
+/// allocated meanwhile (`benches/run znode-rss` with 200,000 znodes read
 /// 150 B per znode without such a hole and 172–208 B with one, 2026-12-05).
 /// Returns whether memory was released; a no-op where malloc is not glibc's.
 pub fn trim() -> bool {

@@ -3,7 +3,7 @@
 //! 3.9 behaviour where the modes coexist on one connection and path.
 //!
 //! Storage is interned on both sides, so that one watch costs few bytes (the
-//! goal is ≤ 48 B; `benches/watch-rss.sh` measured 25.5 B of the server's RSS
+//! goal is ≤ 48 B; `benches/run watch-rss` measured 25.5 B of the server's RSS
 //! per watch with 1M watches on 100k znodes, 55.9 B before):
 //! - every watched path is stored once, in a slot of `paths` numbered by a
 //!   `PathId` and found by its text through a table of 4-byte ids;

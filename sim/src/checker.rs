@@ -48,8 +48,9 @@ pub(crate) fn payload_id_of(payload: &[u8]) -> u64 {
 pub(crate) struct Checker {
     /// Every proposal a leader made: zxid → [(payload id, leader)]. A zxid of an
     /// epoch after an uncommitted rollover proposal may be proposed by two
-    /// leaders (§6.2: the old leader's were never written); uniqueness is
-    /// required of what reaches a disk (`written`).
+    /// leaders (the old leader's were never written: docs/zab.md, "Rollover
+    /// without an election"); uniqueness is required of what reaches a disk
+    /// (`written`).
     broadcast: BTreeMap<Zxid, Vec<(u64, PeerId)>>,
     /// Every txn ever written to any disk: zxid → payload id.
     pub(crate) written: BTreeMap<Zxid, u64>,

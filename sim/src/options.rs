@@ -44,15 +44,15 @@ pub struct Options {
     /// to show what a violation leads to further on (a log gap, a lost txn).
     pub check_claims: bool,
     /// Simulated observers following the relays (`rzk-observer-master`) that
-    /// the leader and every follower run (issue 12); 0 runs none.
+    /// the leader and every follower run; 0 runs none.
     pub observers: usize,
     /// Regression switch for ZOOKEEPER-5088: relays start from the committed
     /// zxid only, without the proposals in flight, and skip unmatched commits.
     pub bug_5088: bool,
-    /// Observer *members* (issue 12): non-voting peers of the quorum core that
-    /// sync from the leader and receive INFORM, besides the `nodes` voters.
-    /// `None` lets each seed pick 0, 1 or 2 (from its own RNG, so a seed that
-    /// picks 0 runs exactly as without them).
+    /// Observer *members*: non-voting peers of the quorum core that sync from
+    /// the leader and receive INFORM, besides the `nodes` voters. `None` lets
+    /// each seed pick 0, 1 or 2 (from its own RNG, so a seed that picks 0 runs
+    /// exactly as without them).
     pub observer_members: Option<usize>,
     /// Snapshots each peer's storage retains (`snapRetainCount`): the log is
     /// kept after the oldest of them, as `rzk-wal` keeps it.

@@ -1,4 +1,4 @@
-//! Observer relays in the simulation (issue 12, DESIGN I4).
+//! Observer relays in the simulation (I4).
 //!
 //! Every peer that serves (the leader and each follower) runs a
 //! [`rzk_observer_master::Fanout`] fed by its own core's outputs: each

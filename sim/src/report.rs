@@ -33,7 +33,7 @@ pub struct Report {
     pub refused: u64,
     /// What the simulated observers did.
     pub observers: ObserverReport,
-    /// Transactions applied by observer members (issue 12), all together.
+    /// Transactions applied by observer members, all together.
     pub member_applied: u64,
     /// INFORM messages delivered to observer members.
     pub informs: u64,

@@ -1,6 +1,6 @@
-//! Observers in the simulation (issue 12): relays on the leader and every
-//! follower fed by their own cores, simulated observers reading them through
-//! the contiguity check, and the ZOOKEEPER-5088 regression switch.
+//! Observers in the simulation: relays on the leader and every follower fed by
+//! their own cores, simulated observers reading them through the contiguity
+//! check, and the ZOOKEEPER-5088 regression switch.
 //! (`thousand_seeds_hold_every_zab_property` in `seeds.rs` runs with the
 //! default two observers, so the default run checks them on 1,000 seeds.)
 

@@ -118,7 +118,7 @@ fn failover_p50(notice: f64, nodes: usize) -> (u64, u64) {
 
 /// A killed leader's connections are reset by its kernel; the transport tells
 /// the survivors at once, and the next leader commits within a few round trips
-/// instead of after `sync_limit_ticks` of silence (issue 11: ZooKeeper's learners leave
+/// instead of after `sync_limit_ticks` of silence (ZooKeeper's learners leave
 /// on the socket error too). Without the notice, only the timeout finds it.
 #[test]
 fn leader_kill_is_noticed_at_once_when_the_connection_resets() {
@@ -245,14 +245,14 @@ fn a_looking_learners_newleader_ack_does_not_establish_a_leader() {
     run(1_001_273, &o).unwrap_or_else(|f| panic!("{f}"));
 }
 
-/// Found by CI's long run once observer members joined the seeds (seed
-/// 1005498, 3 voters and 2 observer members): an observer far behind got SNAP
-/// of a large state in small chunks; the leader's next snapshot trimmed the log
-/// after the one being sent, so the transfer ended in vain and started over,
-/// past the settle bound (Liveness). The fix then held the log after a
-/// transferred snapshot in the leader's memory; now (issue 11) storage keeps
-/// it on disk (it retains the older snapshot and the log after it) and the
-/// transfer reads it from there. Checked by hand that it fails without either.
+/// Found by CI's long run once observer members joined the seeds (seed 1005498,
+/// 3 voters and 2 observer members): an observer far behind got SNAP of a large
+/// state in small chunks; the leader's next snapshot trimmed the log after the
+/// one being sent, so the transfer ended in vain and started over, past the
+/// settle bound (Liveness). The fix then held the log after a transferred
+/// snapshot in the leader's memory; now storage keeps it on disk (it retains
+/// the older snapshot and the log after it) and the transfer reads it from
+/// there. Checked by hand that it fails without either.
 #[test]
 fn a_snap_in_progress_keeps_the_log_after_its_snapshot() {
     let o = Options {
@@ -303,13 +303,12 @@ fn a_snap_whose_tail_is_purged_starts_over_at_once() {
     assert!(r.snaps_purged > 0, "the purge must be exercised: {r:?}");
 }
 
-/// Issue 11: the same run with storage retaining 3 snapshots (rzk-wal's
-/// default) and the log after the oldest (and no hold for the transfer: this
-/// pins the retention contract alone): the observer's SNAP goes on past the
-/// voter's newer snapshots and ends by reading its tail from the durable
-/// log; no transfer is dropped. Checked by hand that it fails when the core
-/// assumes storage purges up to the newest snapshot (the transfers are
-/// dropped: `snaps_purged > 0`).
+/// The same run with storage retaining 3 snapshots (rzk-wal's default) and the
+/// log after the oldest (and no hold for the transfer: this pins the retention
+/// contract alone): the observer's SNAP goes on past the voter's newer
+/// snapshots and ends by reading its tail from the durable log; no transfer is
+/// dropped. Checked by hand that it fails when the core assumes storage purges
+/// up to the newest snapshot (the transfers are dropped: `snaps_purged > 0`).
 #[test]
 fn a_snap_whose_tail_is_on_disk_outlives_newer_snapshots() {
     let o = Options {
@@ -323,15 +322,15 @@ fn a_snap_whose_tail_is_on_disk_outlives_newer_snapshots() {
     assert_eq!(r.snaps_purged, 0, "{r:?}");
 }
 
-/// Issue 11's liveness failure: a leader that saves snapshots more often than
-/// a SNAP transfer lasts, under its write load (a single voter commits about
-/// 5 times what 3 voters do; its observer member's SNAP goes in chunks of
-/// 16-511 bytes; a snapshot every 30-60 simulated ms, more than 3 per
+/// A liveness failure the simulation found: a leader that saves snapshots more
+/// often than a SNAP transfer lasts, under its write load (a single voter
+/// commits about 5 times what 3 voters do; its observer member's SNAP goes in
+/// chunks of 16-511 bytes; a snapshot every 30-60 simulated ms, more than 3 per
 /// transfer). Storage keeps the log the transfer still needs when it purges
 /// (`Peer::log_needed_after`), so no transfer starts over and every seed
 /// converges. Checked by hand that it fails without the hold
-/// (`hold_log_for_syncs: false`: transfers are dropped, `snaps_purged > 0`,
-/// and seeds miss the settle bound).
+/// (`hold_log_for_syncs: false`: transfers are dropped, `snaps_purged > 0`, and
+/// seeds miss the settle bound).
 #[test]
 fn snaps_converge_when_snapshots_come_faster_than_a_transfer() {
     let o = Options {
