@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every citation resolves to a file in the repository (about a second; needs only
+# Every citation resolves to a file in the repository (about two seconds; needs only
 # python3 and git): code and documents cite `docs/<file>.md, "<heading>"`,
 # ARCHITECTURE.md and the invariants I1-I7 it defines, and public ZooKeeper and
 # Curator issue ids; never documents that are not in the repository, and never the
